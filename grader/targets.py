@@ -1,0 +1,200 @@
+"""Speed targets that hold on any machine, and the verdict on them.
+
+A target is relative to what the instructor's reference solution achieves in the same run on the
+same device ("at least 85% of the reference's speedup") plus "faster than the baseline";
+absolute floors per device class may be added on top. Self-check, which has no reference, uses
+the floors alone and says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from .timing import DEFAULT_CLOCK, Clock, Comparison, Estimate, budget_deadline, compare, time_left
+
+DEVICE_CLASSES = ("cpu", "T4", "L4", "A100", "H100", "H200", "cuda")
+
+
+def device_class(device: str | torch.device = "cpu") -> str:
+    """'cpu', or the GPU family ('T4', 'A100', 'H100', 'H200', ...; 'cuda' for others)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device)
+    for family in DEVICE_CLASSES[1:-1]:
+        if family in name:
+            return family
+    return "cuda"
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclasses.dataclass
+class SpeedTarget:
+    """What a learner's speedup over the baseline must reach.
+
+    - ``fraction_of_reference``: learner speedup >= this fraction of the reference solution's
+      speedup, both measured in the same run (``None`` when no reference is at hand).
+    - ``faster_than_baseline``: the learner's version must beat the baseline outright.
+    - ``floors``: optional absolute minimum speedups per device class (see :func:`device_class`),
+      used on top of the relative target, and alone by self-check.
+    """
+
+    fraction_of_reference: float | None = 0.85
+    faster_than_baseline: bool = True
+    floors: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def describe(self, dev_class: str, with_reference: bool) -> str:
+        parts = []
+        if with_reference and self.fraction_of_reference is not None:
+            parts.append(f">= {self.fraction_of_reference:.0%} of the reference solution's speedup")
+        if self.faster_than_baseline:
+            parts.append("faster than the baseline")
+        if dev_class in self.floors:
+            parts.append(f">= {self.floors[dev_class]:.2f}x on {dev_class} (floor)")
+        return ", ".join(parts) or "none"
+
+
+@dataclasses.dataclass
+class Condition:
+    name: str
+    estimate: Estimate
+    threshold: float
+    verdict: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.estimate} vs {self.threshold:.2f} -> {self.verdict}"
+
+
+@dataclasses.dataclass
+class SpeedVerdict:
+    """'pass', 'fail' or 'inconclusive', with every figure that led to it."""
+
+    verdict: str
+    conditions: list[Condition]
+    comparison: Comparison
+    device_class: str
+    target_text: str
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
+    def speedup(self) -> Estimate:
+        return self.comparison.speedup("learner")
+
+    def __str__(self) -> str:
+        lines = [f"speed: {self.verdict.upper()} on {self.device_class} "
+                 f"(target: {self.target_text})"]
+        lines += [f"  {c}" for c in self.conditions]
+        lines += ["  " + row for row in self.comparison.table().splitlines()]
+        if self.verdict == "inconclusive":
+            lines.append("  The confidence interval still straddles the target after the time "
+                         "budget: the machine is too noisy to decide. This is not a fail; "
+                         "re-run on a quieter machine or with a larger budget.")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        c = self.comparison
+        return {
+            "verdict": self.verdict,
+            "device_class": self.device_class,
+            "target": self.target_text,
+            "conditions": [
+                {"name": k.name, "median": k.estimate.median, "low": k.estimate.low,
+                 "high": k.estimate.high, "threshold": k.threshold, "verdict": k.verdict}
+                for k in self.conditions],
+            "speedups": {n: dataclasses.asdict(c.speedup(n)) for n in c.names if n != c.baseline},
+            "ms_per_call": {n: c.per_call(n).median * 1e3 for n in c.names},
+            "first_call_s": dict(c.first_call_s),
+            "trials": c.trials,
+            "reps": c.reps,
+            "seconds": self.seconds,
+        }
+
+
+def _conditions(comp: Comparison, target: SpeedTarget, dev_class: str,
+                has_reference: bool) -> list[Condition]:
+    conds = []
+    if has_reference and target.fraction_of_reference is not None:
+        est = comp.ratio("reference", "learner")  # = learner speedup / reference speedup
+        conds.append(Condition("speedup relative to reference", est,
+                               target.fraction_of_reference,
+                               est.versus(target.fraction_of_reference)))
+    sp = comp.speedup("learner")
+    if target.faster_than_baseline:
+        conds.append(Condition("speedup over baseline", sp, 1.0, sp.versus(1.0)))
+    if dev_class in target.floors:
+        floor = float(target.floors[dev_class])
+        conds.append(Condition(f"speedup floor on {dev_class}", sp, floor, sp.versus(floor)))
+    return conds
+
+
+def _overall(conds: Sequence[Condition]) -> str:
+    verdicts = {c.verdict for c in conds}
+    if "fail" in verdicts:
+        return "fail"
+    if verdicts <= {"pass"}:
+        return "pass"
+    return "inconclusive"
+
+
+def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple], *,
+                reference: Callable | None = None, target: SpeedTarget | None = None,
+                device: str = "cpu", budget_s: float = 60.0, min_trials: int = 11,
+                batch_trials: int = 10, max_trials: int = 200, block_seconds: float = 0.02,
+                keep_outputs: bool = True, clock: Clock = DEFAULT_CLOCK) -> SpeedVerdict:
+    """Measure ``learner`` against ``baseline`` (and ``reference``) and decide on ``target``.
+
+    Runs ``min_trials`` interleaved trials, then more in batches while any condition's confidence
+    interval straddles its threshold and time is left in ``budget_s``; the verdict is
+    'inconclusive' if the budget runs out first: never a silent fail.
+    """
+    target = target or SpeedTarget()
+    dev_class = device_class(device)
+    fns = {"baseline": baseline, "learner": learner}
+    if reference is not None:
+        fns["reference"] = reference
+    deadline = budget_deadline(budget_s)
+    start_left = time_left(deadline)
+    comp = compare(fns, args_pool, baseline="baseline", device=device, trials=min_trials,
+                   block_seconds=block_seconds, clock=clock,
+                   keep_outputs=("learner",) if keep_outputs else ())
+    while True:
+        conds = _conditions(comp, target, dev_class, reference is not None)
+        verdict = _overall(conds)
+        if verdict != "inconclusive" or comp.trials >= max_trials:
+            break
+        # Estimate whether another batch fits in the budget from what one trial costs.
+        spent = start_left - time_left(deadline)
+        per_trial = spent / max(comp.trials, 1)
+        if time_left(deadline) < per_trial * batch_trials:
+            break
+        comp = compare(fns, args_pool, baseline="baseline", device=device, trials=batch_trials,
+                       clock=clock, previous=comp)
+    return SpeedVerdict(verdict, conds, comp, dev_class,
+                        target.describe(dev_class, reference is not None),
+                        start_left - time_left(deadline))
+
+
+# ---------------------------------------------------------------------------------------------
+# Floors shipped with the release (calibrated from the reference by `make bench`/`gpu-check`)
+
+FLOORS_FILE = os.path.join(os.path.dirname(__file__), "floors.json")
+
+
+def shipped_floors(problem: str) -> dict[str, float]:
+    """Per-device-class floors for ``problem`` (e.g. 'ps1.q3'), or {} when none are shipped."""
+    try:
+        with open(FLOORS_FILE) as fh:
+            return dict(json.load(fh).get(problem, {}))
+    except FileNotFoundError:
+        return {}
