@@ -97,6 +97,6 @@ def check_outputs(candidate: Callable, reference: Callable, make_inputs: Callabl
             except Exception as exc:
                 failures.append(f"raised {type(exc).__name__}: {exc}")
                 break
-        if (msg := compare_output(out, expected)) is not None:
+        if (msg := compare_output(out, expected)) is not None and msg not in failures:
             failures.append(msg)
     return CorrectnessReport(not failures, len(seeds), failures)

@@ -1,0 +1,62 @@
+"""Command line: a thin layer over the Python API, with the same defaults.
+
+    python -m grader.cli release [ASSIGNMENT ...]     regenerate release/ from source/
+    python -m grader.cli sync-notebooks               write the Colab setup cell into every notebook
+    python -m grader.cli check KEY NOTEBOOK           grade one problem of a notebook in a fresh process
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _release(args) -> int:
+    from .assign import release
+
+    release(args.assignments or None)
+    return 0
+
+
+def _sync(args) -> int:
+    from .notebooks import sync_setup_cells
+
+    changed = sync_setup_cells(check_only=args.check)
+    for path in changed:
+        print(("out of date: " if args.check else "updated: ") + path)
+    return 1 if (args.check and changed) else 0
+
+
+def _check(args) -> int:
+    from .check import evaluate
+    from .problems import get_problem
+    from .source import solution_cells
+
+    problem = get_problem(args.key)
+    cells = solution_cells(args.notebook, [problem.solution_grade_id])
+    evaluation = evaluate(args.key, cells=cells, reference="off" if args.no_reference else "auto")
+    print(evaluation)
+    return 0 if evaluation.status == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course-grader", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("release", help="regenerate release/ from source/ (nbgrader generate_assignment)")
+    p.add_argument("assignments", nargs="*", help="assignment names (default: every folder in source/)")
+    p.set_defaults(func=_release)
+    p = sub.add_parser("sync-notebooks", help="write grader.colab.INSTALL_CELL into every notebook")
+    p.add_argument("--check", action="store_true", help="only report notebooks that are out of date")
+    p.set_defaults(func=_sync)
+    p = sub.add_parser("check", help="grade one problem of a notebook in a fresh process")
+    p.add_argument("key", help="problem key, e.g. ps1.q1")
+    p.add_argument("notebook", help="path to the learner's .ipynb")
+    p.add_argument("--no-reference", action="store_true",
+                   help="use the shipped floors instead of measuring the reference solution")
+    p.set_defaults(func=_check)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
