@@ -146,12 +146,14 @@ def reference_cells(problem: Problem, course_root: str | None = None) -> list[Ce
 def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference: str = "auto",
              device: str | None = None, budget_s: float | None = None,
              timeout_s: float | None = None, sandbox: str = "auto",
-             problem_module: str | None = None, course_root: str | None = None) -> Evaluation:
+             problem_module: str | None = None, course_root: str | None = None,
+             checks: Iterable[str] | None = None) -> Evaluation:
     """Grade ``key`` in a fresh process from the source of ``objects`` (or from ``cells``).
 
     ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
     (self-check floors only). Results are cached in this process by the learner's source, so
-    several test cells share one measurement.
+    several test cells share one measurement. ``checks`` limits which of the problem's checks
+    run (default: all).
     """
     from . import isolate
     from .targets import default_device
@@ -165,6 +167,8 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
         "reference_cells": [c.to_dict() for c in ref] if ref else None,
         "device": device or default_device(), "budget_s": budget_s,
     }
+    if checks is not None:
+        spec["checks"] = list(checks)
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
     if digest in _RESULTS:
         return _RESULTS[digest]

@@ -1,0 +1,204 @@
+"""The fresh-process grader: honest solutions pass, cheats and crashes are caught with reasons.
+
+Uses the small problem in tests/fixture_problems.py ("fx.q1": remove an `.item()` break).
+"""
+import os
+import textwrap
+
+import pytest
+
+from grader.check import CheckFailed, evaluate
+from grader.source import Cell
+
+TESTS_DIR = os.path.dirname(__file__)
+
+GOOD = """
+class Fixed(Original):
+    def forward(self, x):
+        y = torch.sin(x) * self.scale
+        m = y.abs().max()
+        return torch.cos(y / (m + 1.0)).exp()
+"""
+
+
+def run(source: str, checks=None, timeout_s: float = 180, **kw):
+    return evaluate("fx.q1", cells=[Cell("cell 5", textwrap.dedent(source))],
+                    problem_module="fixture_problems", course_root=TESTS_DIR,
+                    timeout_s=timeout_s, checks=checks, **kw)
+
+
+def test_honest_solution_passes_every_check():
+    ev = run(GOOD)
+    assert ev.status == "ok", ev.result
+    for name in ("correctness", "fullgraph", "breaks"):
+        assert ev.ok(name), ev.message(name)
+    assert ev.verdict("speed") in ("pass", "inconclusive")
+    speed = ev.outcome("speed")
+    assert speed["trials"] >= 11 and speed["with_reference"] is False
+
+
+def test_reference_is_measured_in_the_same_run(tmp_path):
+    # A course root whose source/ holds the reference solution cell of "fx.q1".
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(GOOD)
+    cell.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "fx-q1-solution",
+                                 "schema_version": 3, "locked": False}
+    nb.cells = [cell]
+    (tmp_path / "source" / "fx").mkdir(parents=True)
+    nbformat.write(nb, str(tmp_path / "source" / "fx" / "fx.ipynb"))
+    # The worker has the course root on its path: put the fixture problem set there.
+    (tmp_path / "fixture_problems.py").write_text(open(os.path.join(TESTS_DIR, "fixture_problems.py")).read())
+    ev = evaluate("fx.q1", cells=[Cell("cell 5", GOOD)], problem_module="fixture_problems",
+                  course_root=str(tmp_path), checks=["correctness", "speed"])
+    assert ev.status == "ok", ev.result
+    speed = ev.outcome("speed")
+    assert speed["with_reference"] is True
+    names = [c["name"] for c in speed["conditions"]]
+    assert "speedup relative to reference" in names
+    assert set(speed["ms_per_call"]) == {"baseline", "learner", "reference"}
+
+
+def test_graph_break_feedback_names_the_learners_cell_line_and_fix():
+    ev = run("""
+    class Fixed(Original):
+        def forward(self, x):
+            y = torch.sin(x) * self.scale
+            print("debug", y.shape)
+            return torch.cos(y / (y.abs().max() + 1.0)).exp()
+    """, checks=["fullgraph"])
+    assert not ev.ok("fullgraph")
+    with pytest.raises(CheckFailed) as info:
+        ev.require("fullgraph")
+    text = str(info.value)
+    assert "cell 5, line 5" in text and 'print("debug", y.shape)' in text
+    assert "move the `print`" in text
+    assert "hint: replace `.item()`" in text  # the problem's own hint is added
+
+
+def test_wrong_outputs_fail_correctness_and_are_not_timed():
+    ev = run("""
+    class Fixed(Original):
+        def forward(self, x):
+            return torch.cos(torch.sin(x) * self.scale).exp()
+    """, checks=["correctness", "speed"])
+    assert not ev.ok("correctness")
+    assert "differs from the reference" in ev.message("correctness")
+    assert ev.verdict("speed") == "fail" and "outputs are wrong" in ev.message("speed")
+    assert ev.points("speed", 3) == 0.0
+
+
+def test_wrong_shape_is_reported_plainly():
+    ev = run("""
+    class Fixed(Original):
+        def forward(self, x):
+            return x[:, :10]
+    """, checks=["correctness"])
+    assert "shape (64, 10), expected (64, 256)" in ev.message("correctness")
+
+
+@pytest.mark.parametrize("cheat, replaced", [
+    ("import time\ntime.perf_counter = lambda: 0.0", "time.perf_counter"),
+    ("torch.cuda.synchronize = lambda *a, **k: None", "torch.cuda.synchronize"),
+    ("_real = torch.compile\ntorch.compile = lambda m, **k: m", "torch.compile"),
+    ("import grader.timing\ngrader.timing.compare = lambda *a, **k: None", "grader.timing.compare"),
+    ("import torch.nn.functional as F\n_g = F.gelu\nF.gelu = lambda x, **k: _g(x).clone()",
+     "torch.nn.functional.gelu"),
+    ("import sys\nsys.setprofile(lambda *a: None)", "sys.profile"),
+    ("import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()",
+     "background thread"),
+])
+def test_replacing_what_the_grader_relies_on_is_detected(cheat, replaced):
+    ev = run(cheat + "\n" + GOOD, checks=["correctness", "speed"])
+    assert ev.status == "tampered", ev.result
+    assert replaced in ev.result["message"]
+    assert not ev.ok("speed") and ev.points("speed", 3) == 0.0
+
+
+def test_patching_the_clock_in_the_notebook_does_not_reach_the_measurement():
+    # The learner's kernel patched time.perf_counter in another cell: only the solution cell's
+    # source travels to the fresh process, so the measurement is honest.
+    import time
+
+    real = time.perf_counter
+    time.perf_counter = lambda: 0.0
+    try:
+        ev = run(GOOD, checks=["correctness", "speed"])
+    finally:
+        time.perf_counter = real
+    assert ev.status == "ok"
+    assert ev.outcome("speed")["ms_per_call"]["learner"] > 0
+
+
+def test_memoising_outputs_is_caught_by_fresh_inputs_and_output_rechecks():
+    ev = run("""
+    class Fixed(Original):
+        _cache = {}
+        def forward(self, x):
+            if "out" not in Fixed._cache:          # cache the first answer, return it forever
+                y = torch.sin(x) * self.scale
+                Fixed._cache["out"] = torch.cos(y / (y.abs().max() + 1.0)).exp()
+            return Fixed._cache["out"]
+    """, checks=["correctness", "speed"])
+    assert not ev.ok("correctness")
+    assert ev.verdict("speed") == "fail"
+
+
+def test_memoising_only_after_warmup_is_caught_by_rechecking_timed_outputs():
+    # Correct for the first few calls (the correctness check), then replays a cached answer.
+    ev = run("""
+    class Fixed(Original):
+        calls = [0]
+        def forward(self, x):
+            Fixed.calls[0] += 1
+            if Fixed.calls[0] > 12 and hasattr(Fixed, "last"):
+                return Fixed.last
+            y = torch.sin(x) * self.scale
+            Fixed.last = torch.cos(y / (y.abs().max() + 1.0)).exp()
+            return Fixed.last
+    """, checks=["correctness", "speed"])
+    assert ev.ok("correctness"), ev.message("correctness")
+    assert ev.verdict("speed") == "fail"
+    assert "timed run's output" in ev.message("speed")
+
+
+def test_a_crash_is_reported_not_raised():
+    ev = run("import os\nos._exit(3)\n", timeout_s=60)
+    assert ev.status == "crashed"
+    assert "exit status 3" in ev.result["message"]
+    assert ev.points("speed", 3) == 0.0 and not ev.ok("correctness")
+
+
+def test_an_endless_loop_is_stopped_by_the_timeout():
+    ev = run("while True:\n    pass\n", timeout_s=15)
+    assert ev.status == "timeout"
+    assert "did not finish within 15 s" in ev.result["message"]
+
+
+def test_memory_blowup_is_contained():
+    # 8 GiB against the default 6 GiB address-space limit of the grading process.
+    ev = evaluate("fx.q1", cells=[Cell("cell 5", "big = torch.empty(2 * 1024**3, dtype=torch.float32)\n")],
+                  problem_module="fixture_problems", course_root=TESTS_DIR, timeout_s=120)
+    assert ev.status in ("learner_error", "crashed"), ev.result
+    assert "memory" in ev.result["message"].lower() or "MemoryError" in ev.result["message"]
+
+
+def test_learner_exception_names_the_cell_and_line():
+    ev = run("x = 1\nraise ValueError('boom')\n")
+    assert ev.status == "learner_error"
+    assert "ValueError: boom" in ev.result["message"] and "cell 5, line 2" in ev.result["message"]
+
+
+def test_missing_entry_is_a_plain_message():
+    ev = run("class Wrong(Original):\n    pass\n")
+    assert ev.status == "learner_error"
+    assert "must define `Fixed`" in ev.result["message"]
+
+
+def test_evaluate_writes_nothing_to_stderr(capfd):
+    # nbgrader scores a test cell zero when anything reaches stderr.
+    ev = run(GOOD, checks=["correctness", "fullgraph"])
+    ev.require("correctness")
+    ev.require("fullgraph")
+    assert capfd.readouterr().err == ""
