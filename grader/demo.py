@@ -1,0 +1,135 @@
+"""The bundled demo cohort: eight made-up students per problem set, one per way a submission can
+go, so a newcomer's ``make grade`` shows the whole flow (and a test checks every score).
+
+Submissions are built from the release notebook of each problem set and the reference solution
+in ``source/`` (so they follow the problem sets as they change); the two personas that need
+problem-specific code ("slow", "wrong") take it from ``DEMO_SOLUTIONS`` in
+``grader/problems/psN.py``. Expected scores are written down in ``demo_expected.json``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+
+PERSONAS = {
+    "ada_full": "full solution",
+    "ben_partial": "first question solved, the rest left blank",
+    "cy_blank": "nothing written",
+    "dee_slow": "correct and compiles, but no faster than the baseline",
+    "eve_wrong": "fast, but the outputs are wrong",
+    "fay_crash": "the first solution cell exits the kernel (os._exit)",
+    "gus_loop": "the first solution cell never finishes (infinite loop)",
+    "hal_corrupt": "the .ipynb file is corrupted (truncated JSON)",
+}
+EXPECTED_FILE = os.path.join(os.path.dirname(__file__), "demo_expected.json")
+DEMO_CELL_TIMEOUT_S = 240  # the infinite loop costs this much; real cells finish well within it
+_SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n|^[ \t]*### END SOLUTION[ \t]*\n?", re.M)
+
+
+def _strip_markers(source: str) -> str:
+    return _SOLUTION.sub("", source)
+
+
+def _solution_ids(nb) -> list[str]:
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+
+
+def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, str] | None = None):
+    """A copy of the release notebook with the given solution cells filled from the source."""
+    import copy
+
+    nb = copy.deepcopy(release_nb)
+    answers = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source)
+               for c in source_nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    answers.update(replacements or {})
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid in grade_ids:
+            cell.source = answers[gid]
+    return nb
+
+
+def personas_for(assignment: str, release_nb, source_nb) -> dict:
+    """{student: notebook or raw text} for one problem set."""
+    ids = _solution_ids(source_nb)
+    code_ids = set(ids)
+    first = ids[0]
+    extra = getattr(importlib.import_module(f"grader.problems.{assignment}"), "DEMO_SOLUTIONS", {})
+    out = {
+        "ada_full": _fill(release_nb, source_nb, code_ids),
+        "ben_partial": _fill(release_nb, source_nb, {first}),
+        "cy_blank": release_nb,
+        "fay_crash": _fill(release_nb, source_nb, code_ids,
+                           {first: "import os\nos._exit(1)\n"}),
+        "gus_loop": _fill(release_nb, source_nb, code_ids, {first: "while True:\n    pass\n"}),
+    }
+    for persona, student in (("slow", "dee_slow"), ("wrong", "eve_wrong")):
+        if persona in extra:
+            out[student] = _fill(release_nb, source_nb, code_ids, extra[persona])
+    return out
+
+
+def build_demo_course(course: str, assignments: list[str]) -> str:
+    """Create ``build/demo-course`` (a fresh nbgrader course with the demo submissions) and
+    return its path. Grades already there are kept, so a second run resumes."""
+    import nbformat
+
+    from .grade import _nbgrader
+
+    demo = os.path.join(course, "build", "demo-course")
+    os.makedirs(demo, exist_ok=True)
+    with open(os.path.join(course, "nbgrader_config.py")) as fh:
+        config = fh.read()
+    with open(os.path.join(demo, "nbgrader_config.py"), "w") as fh:
+        fh.write(config + f"\nc.Execute.timeout = {DEMO_CELL_TIMEOUT_S}  # demo: the infinite loop\n")
+    for assignment in assignments:
+        src = os.path.join(course, "source", assignment)
+        dst = os.path.join(demo, "source", assignment)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
+        _nbgrader(demo, "generate_assignment", assignment, "--force")
+        name = next(n for n in sorted(os.listdir(src)) if n.endswith(".ipynb"))
+        source_nb = nbformat.read(os.path.join(src, name), as_version=4)
+        release_nb = nbformat.read(os.path.join(demo, "release", assignment, name), as_version=4)
+        for student, nb in personas_for(assignment, release_nb, source_nb).items():
+            _write(demo, student, assignment, name, nb)
+        raw = json.dumps(nbformat.from_dict(release_nb), indent=1)
+        _write(demo, "hal_corrupt", assignment, name, raw[: len(raw) // 2])
+    return demo
+
+
+def _write(demo: str, student: str, assignment: str, name: str, nb) -> None:
+    import nbformat
+
+    folder = os.path.join(demo, "submitted", student, assignment)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    text = nb if isinstance(nb, str) else nbformat.writes(nb)
+    if os.path.exists(path) and open(path).read() == text:
+        return  # unchanged: keeps the submission's digest, so graded ones are not regraded
+    with open(path, "w") as fh:
+        fh.write(text)
+    with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
+        fh.write("2026-12-01 12:00:00.000000 UTC\n")
+
+
+def expected_scores() -> dict:
+    with open(EXPECTED_FILE) as fh:
+        return json.load(fh)
+
+
+def check_expected(run) -> list[str]:
+    """Lines describing every demo score that differs from ``demo_expected.json``."""
+    expected = expected_scores()
+    problems = []
+    for o in run.outcomes:
+        want = expected.get(o.submission.assignment, {}).get(o.submission.student)
+        if want is None:
+            continue
+        if abs(o.score - want) > 1e-6:
+            problems.append(f"{o.submission.name}: {o.score:g} (expected {want:g}) {o.reason[:100]}")
+    return problems

@@ -1,0 +1,487 @@
+"""Grade a cohort: autograde every submission in isolation, one writer to the gradebook,
+feedback, a grades CSV and a report.
+
+    python -m grader.grade [--assignment ps1] [--workers 2]      # what `make grade` runs
+
+The pipeline is an ordered list of small steps (:data:`STEPS`); the order matters where noted.
+When ``submitted/`` is empty, the bundled demo cohort (:mod:`grader.demo`) is graded in a
+separate course folder (``build/demo-course``), and the output says so.
+
+Isolation: each submission is autograded by nbgrader in its own temporary course copy (with a
+copy of the gradebook), in a separate process under a time and memory limit, inside bubblewrap
+where installed (the real course, its gradebook and ``source/`` are read-only there, with no
+network). Only the main process writes the real gradebook, merging one finished submission at
+a time inside a transaction, then marking it done: a killed run loses nothing that was merged,
+and the next run resumes where it stopped. Re-grading replaces a submission's grades; nothing
+is counted twice.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from .isolate import bwrap_available
+
+MARKER = ".graded.json"
+RESULTS_LOG = "grader-results.jsonl"
+DEFAULT_TIMEOUT_S = 20 * 60
+DEFAULT_MEMORY_BYTES = 10 * 1024 ** 3
+
+
+@dataclasses.dataclass
+class Submission:
+    student: str
+    assignment: str
+    folder: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.student}/{self.assignment}"
+
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for root, _, files in sorted(os.walk(self.folder)):
+            for f in sorted(files):
+                h.update(f.encode())
+                with open(os.path.join(root, f), "rb") as fh:
+                    h.update(fh.read())
+        return h.hexdigest()
+
+
+@dataclasses.dataclass
+class Outcome:
+    submission: Submission
+    status: str              # 'graded', 'failed' (zero, with reason), 'skipped' (already graded)
+    reason: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything one grading run knows; each step reads and adds to it."""
+
+    course: str
+    assignments: list[str]
+    workers: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    cell_timeout_s: int = 600
+    sandbox: str = "auto"
+    demo: bool = False
+    submissions: list[Submission] = dataclasses.field(default_factory=list)
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    report_dir: str = ""
+    csv_path: str = ""
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+
+def _venv_env() -> dict:
+    env = dict(os.environ)
+    bin_dir = os.path.dirname(sys.executable)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")  # nbgrader shells out to alembic
+    return env
+
+
+def _nbgrader(course: str, *args: str, check: bool = True, quiet: bool = True):
+    cmd = [sys.executable, "-m", "nbgrader", *args]
+    proc = subprocess.run(cmd, cwd=course, env=_venv_env(), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+
+def find_submissions(run: Run) -> None:
+    """submitted/STUDENT/ASSIGNMENT/ (nbgrader's layout); LMS zips in downloads/ are collected
+    first. With nothing submitted, switch to the bundled demo cohort."""
+    downloads = os.path.join(run.course, "downloads")
+    if os.path.isdir(downloads):
+        for assignment in run.assignments:
+            if os.path.isdir(os.path.join(downloads, assignment)):
+                _nbgrader(run.course, "zip_collect", assignment, "--force")
+    subs = _scan(run.course, run.assignments)
+    if not subs:
+        from .demo import build_demo_course
+
+        run.demo = True
+        run.log("submitted/ is empty: grading the bundled demo cohort (8 students per problem set) "
+                "in build/demo-course/")
+        run.course = build_demo_course(run.course, run.assignments)
+        subs = _scan(run.course, run.assignments)
+    run.submissions = subs
+    run.log(f"{len(subs)} submissions: {len({s.student for s in subs})} students, "
+            f"{', '.join(sorted({s.assignment for s in subs}))}")
+
+
+def _scan(course: str, assignments: list[str]) -> list[Submission]:
+    root = os.path.join(course, "submitted")
+    subs = []
+    if not os.path.isdir(root):
+        return subs
+    for student in sorted(os.listdir(root)):
+        for assignment in assignments:
+            folder = os.path.join(root, student, assignment)
+            if os.path.isdir(folder):
+                subs.append(Submission(student, assignment, folder))
+    return subs
+
+
+def prepare_gradebook(run: Run) -> None:
+    """Every assignment's cells in the gradebook (generate_assignment) and every student
+    registered. Must come before autograding: nbgrader restores hidden tests from here."""
+    from nbgrader.api import Gradebook
+
+    for assignment in sorted({s.assignment for s in run.submissions}):
+        _nbgrader(run.course, "generate_assignment", assignment, "--force")
+    with Gradebook(_db_url(run.course)) as gb:
+        for student in sorted({s.student for s in run.submissions}):
+            gb.update_or_create_student(student)
+
+
+def _db_url(course: str) -> str:
+    return "sqlite:///" + os.path.join(os.path.abspath(course), "gradebook.db")
+
+
+def autograde_all(run: Run) -> None:
+    """Autograde each submission in isolation (``run.workers`` at once); merge each finished one
+    into the gradebook from this process only, and mark it done."""
+    todo, done = [], []
+    for sub in run.submissions:
+        marker = _marker_path(run.course, sub)
+        digest = sub.digest()
+        if os.path.exists(marker) and json.load(open(marker)).get("digest") == digest:
+            prev = json.load(open(marker))
+            done.append(Outcome(sub, "skipped", prev.get("reason", ""), prev.get("score", 0.0),
+                                prev.get("max_score", 0.0)))
+        else:
+            todo.append((sub, digest))
+    if done:
+        run.log(f"{len(done)} submissions already graded (unchanged since): skipped")
+    run.outcomes.extend(done)
+    if not todo:
+        return
+    progress = _Progress(len(todo))
+    gpus = _gpu_count()
+    with cf.ThreadPoolExecutor(max_workers=max(1, run.workers)) as pool:
+        futures = {pool.submit(_autograde_isolated, run, sub, slot % max(1, run.workers), gpus): (sub, digest)
+                   for slot, (sub, digest) in enumerate(todo)}
+        try:
+            for future in cf.as_completed(futures):
+                sub, digest = futures[future]
+                tmp, failure, seconds = future.result()
+                try:
+                    outcome = _merge(run, sub, tmp, failure, digest)  # the single writer
+                finally:
+                    if tmp:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                outcome.seconds = seconds
+                run.outcomes.append(outcome)
+                progress.step(f"{sub.name}: {outcome.status} {outcome.score:g}/{outcome.max_score:g}"
+                              + (f" ({outcome.reason.splitlines()[0][:70]})" if outcome.reason else ""))
+        except KeyboardInterrupt:
+            run.log("interrupted: submissions merged so far are saved; run again to resume")
+            for f in futures:
+                f.cancel()
+            raise
+
+
+class _Progress:
+    def __init__(self, total: int):
+        self.total, self.count, self.t0 = total, 0, time.monotonic()
+
+    def step(self, text: str) -> None:
+        self.count += 1
+        spent = time.monotonic() - self.t0
+        eta = spent / self.count * (self.total - self.count)
+        width = 24
+        bar = "#" * int(width * self.count / self.total)
+        print(f"[{bar:<{width}}] {self.count}/{self.total} ETA {int(eta // 60)}m{int(eta % 60):02d}s  {text}",
+              flush=True)
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def _marker_path(course: str, sub: Submission) -> str:
+    return os.path.join(course, "autograded", sub.student, sub.assignment, MARKER)
+
+
+AUTOGRADE_OVERRIDES = """
+# --- added by grader.grade for an isolated run ---
+from nbgrader.preprocessors import IgnorePattern, LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from grader.robust_execute import RobustExecute
+# Same steps as nbgrader's default, with Execute replaced by one that survives a dead kernel.
+c.Autograde.autograde_preprocessors = [RobustExecute, IgnorePattern, ClearMetadataPreprocessor,
+                                       LimitOutput, SaveAutoGrades, AssignLatePenalties,
+                                       CheckCellMetadata]
+c.Execute.timeout = {cell_timeout}
+c.RobustExecute.timeout = {cell_timeout}
+c.CourseDirectory.root = {root!r}
+"""
+
+
+def _autograde_isolated(run: Run, sub: Submission, slot: int, gpus: int):
+    """Autograde one submission in a temporary course copy. Returns (folder, failure, seconds)."""
+    t0 = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-")
+    try:
+        config = open(os.path.join(run.course, "nbgrader_config.py")).read()
+        with open(os.path.join(tmp, "nbgrader_config.py"), "w") as fh:
+            fh.write(config + AUTOGRADE_OVERRIDES.format(cell_timeout=int(run.cell_timeout_s), root=tmp))
+        shutil.copy(os.path.join(run.course, "gradebook.db"), os.path.join(tmp, "gradebook.db"))
+        shutil.copytree(os.path.join(run.course, "source", sub.assignment),
+                        os.path.join(tmp, "source", sub.assignment))
+        shutil.copytree(sub.folder, os.path.join(tmp, "submitted", sub.student, sub.assignment))
+        os.makedirs(os.path.join(tmp, "home"))
+        env = _venv_env()
+        env.update(HOME=os.path.join(tmp, "home"), TMPDIR=tmp, COURSE_ROOT=tmp,
+                   COURSE_GRADE_LOG=os.path.join(tmp, RESULTS_LOG), PYTHONDONTWRITEBYTECODE="1",
+                   MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1")
+        env.pop("JUPYTER_CONFIG_DIR", None)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)  # one worker per GPU for timed checks
+        cmd = [sys.executable, "-m", "nbgrader", "autograde", sub.assignment,
+               "--student", sub.student, "--force"]
+        use_bwrap = run.sandbox == "bwrap" or (run.sandbox == "auto" and bwrap_available())
+        if use_bwrap:
+            from .isolate import _sandbox_prefix
+
+            cmd = _sandbox_prefix(tmp, "cuda" if gpus else "cpu") + cmd
+        limit = run.memory_bytes if not gpus else None
+
+        def limits():
+            os.setsid()
+            if limit:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=limits)
+        try:
+            output, _ = proc.communicate(timeout=run.timeout_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            return tmp, f"grading stopped after {run.timeout_s:.0f} s (the per-submission limit)", \
+                time.monotonic() - t0
+        with open(os.path.join(tmp, "autograde.log"), "wb") as fh:
+            fh.write(output)
+        return tmp, None, time.monotonic() - t0
+    except Exception as exc:  # our own failure preparing the copy: report, never lose the run
+        return tmp, f"could not prepare the grading copy: {type(exc).__name__}: {exc}", \
+            time.monotonic() - t0
+
+
+def _unreadable_reason(sub: Submission) -> str | None:
+    for name in sorted(os.listdir(sub.folder)):
+        if name.endswith(".ipynb"):
+            try:
+                import nbformat
+
+                nbformat.read(os.path.join(sub.folder, name), as_version=4)
+            except Exception as exc:
+                return f"{name} is not a readable notebook ({type(exc).__name__}: {str(exc)[:120]})"
+    return None
+
+
+def _merge(run: Run, sub: Submission, tmp: str | None, failure: str | None, digest: str) -> Outcome:
+    """Copy one isolated result into the real gradebook and autograded/ (the only writer)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    graded_nb = os.path.join(tmp or "", "autograded", sub.student, sub.assignment)
+    if failure is None and not os.path.isdir(graded_nb):
+        failure = _unreadable_reason(sub) or "nbgrader could not autograde this submission:\n" + \
+            _log_tail(tmp)
+    src_sub = None
+    if failure is None:
+        src_gb = Gradebook("sqlite:///" + os.path.join(tmp, "gradebook.db"))
+        try:
+            src_sub = src_gb.find_submission(sub.assignment, sub.student)
+            scores = {(nb.name, g.name): (g.auto_score, g.needs_manual_grade)
+                      for nb in src_sub.notebooks for g in nb.grades}
+            comments = {(nb.name, c.name): c.auto_comment
+                        for nb in src_sub.notebooks for c in nb.comments}
+        except MissingEntry:
+            failure = "nbgrader recorded no grades for this submission:\n" + _log_tail(tmp)
+        finally:
+            src_gb.close()
+    with Gradebook(_db_url(run.course)) as gb:
+        try:
+            gb.remove_submission(sub.assignment, sub.student)  # re-grading replaces, never adds
+        except MissingEntry:
+            pass
+        dst = gb.add_submission(sub.assignment, sub.student)
+        for nb in dst.notebooks:
+            for g in nb.grades:
+                # A submission that could not be graded scores zero everywhere, written answers too.
+                auto, manual = scores.get((nb.name, g.name), (0.0, False)) if failure is None \
+                    else (0.0, False)
+                g.auto_score, g.needs_manual_grade = auto, manual
+            for c in nb.comments:
+                c.auto_comment = comments.get((nb.name, c.name)) if failure is None else failure
+        gb.db.commit()
+        dst = gb.find_submission(sub.assignment, sub.student)
+        score, max_score = float(dst.score), float(dst.max_score)
+    target = os.path.join(run.course, "autograded", sub.student, sub.assignment)
+    shutil.rmtree(target, ignore_errors=True)
+    if failure is None:
+        shutil.copytree(graded_nb, target)
+    else:
+        os.makedirs(target, exist_ok=True)
+        with open(os.path.join(target, "NOT_GRADED.txt"), "w") as fh:
+            fh.write(failure + "\n")
+    if tmp and os.path.exists(os.path.join(tmp, RESULTS_LOG)):
+        shutil.copy(os.path.join(tmp, RESULTS_LOG), os.path.join(target, RESULTS_LOG))
+    outcome = Outcome(sub, "graded" if failure is None else "failed", failure or "", score, max_score)
+    with open(_marker_path(run.course, sub), "w") as fh:  # last: marks the merge as complete
+        json.dump({"digest": digest, "status": outcome.status, "reason": outcome.reason,
+                   "score": score, "max_score": max_score}, fh)
+    return outcome
+
+
+def _log_tail(tmp: str | None) -> str:
+    try:
+        text = open(os.path.join(tmp, "autograde.log"), errors="replace").read()
+    except (OSError, TypeError):
+        return ""
+    lines = [ln for ln in text.splitlines() if "ERROR" in ln or "Error" in ln] or text.splitlines()
+    return "\n".join(lines[-5:])
+
+
+def generate_feedback(run: Run) -> None:
+    """Feedback HTML per graded submission (nbgrader), and a page with the reason for the rest.
+    Runs no learner code."""
+    for assignment in sorted({s.assignment for s in run.submissions}):
+        _nbgrader(run.course, "generate_feedback", assignment, "--force", check=False)
+    for o in run.outcomes:
+        if o.status == "failed" or (o.status == "skipped" and o.reason):
+            folder = os.path.join(run.course, "feedback", o.submission.student, o.submission.assignment)
+            os.makedirs(folder, exist_ok=True)
+            import html
+
+            with open(os.path.join(folder, "NOT_GRADED.html"), "w") as fh:
+                fh.write(f"<html><body><h1>{o.submission.assignment}: not graded</h1>"
+                         f"<p>Your submission scored 0 because it could not be graded:</p>"
+                         f"<pre>{html.escape(o.reason)}</pre></body></html>\n")
+
+
+def export_grades(run: Run) -> None:
+    """nbgrader's grades CSV (one row per student and assignment)."""
+    run.report_dir = os.path.join(run.course, "reports")
+    os.makedirs(run.report_dir, exist_ok=True)
+    run.csv_path = os.path.join(run.report_dir, "grades.csv")
+    _nbgrader(run.course, "export", f"--CsvExportPlugin.to={run.csv_path}")
+
+
+def write_report(run: Run) -> None:
+    from .report import write_report as _write
+
+    run.report_path = _write(run.course, run.outcomes, run.report_dir)
+
+
+def summarize(run: Run) -> None:
+    graded = [o for o in run.outcomes if o.status in ("graded", "skipped") and not o.reason]
+    failed = [o for o in run.outcomes if o not in graded]
+    run.log("")
+    run.log(f"graded {len(graded)} of {len(run.outcomes)} submissions in "
+            f"{time.monotonic() - run.started:.0f} s" + (" (demo cohort)" if run.demo else ""))
+    for o in failed:
+        run.log(f"  NOT GRADED (scored 0): {o.submission.name}: {o.reason.splitlines()[0] if o.reason else ''}")
+    run.log(f"gradebook: {os.path.join(run.course, 'gradebook.db')}")
+    run.log(f"feedback:  {os.path.join(run.course, 'feedback')}/STUDENT/ASSIGNMENT/")
+    run.log(f"grades:    {run.csv_path}")
+    run.log(f"report:    {getattr(run, 'report_path', '')}")
+    if not (bwrap_available() or run.sandbox == "off"):
+        run.log("warning: bubblewrap is not installed: learner code ran without a filesystem "
+                "sandbox (apt-get install bubblewrap)")
+
+
+STEPS = [
+    find_submissions,
+    prepare_gradebook,   # before autograding: hidden tests are restored from the gradebook
+    autograde_all,
+    generate_feedback,   # after autograding: renders the autograded notebooks
+    export_grades,
+    write_report,        # after export: reads the gradebook's final scores
+    summarize,
+]
+
+
+def grade(course: str = ".", assignments: list[str] | None = None, **options) -> Run:
+    """Run :data:`STEPS` on a course folder and return the run (outcomes, paths)."""
+    course = os.path.abspath(course)
+    if not assignments:
+        assignments = sorted(d for d in os.listdir(os.path.join(course, "source"))
+                             if os.path.isdir(os.path.join(course, "source", d)))
+    run = Run(course=course, assignments=assignments, **options)
+    for step in STEPS:
+        step(run)
+    return run
+
+
+def exit_status(run: Run) -> int:
+    """0 when every submission has a grade from its own notebook; 2 when some scored zero
+    because they could not be graded (the summary says which). For the demo cohort, 0 when the
+    scores are the written-down ones."""
+    if run.demo:
+        from .demo import check_expected
+
+        mismatches = check_expected(run)
+        for line in mismatches:
+            print(f"demo: unexpected score: {line}")
+        return 1 if mismatches else 0
+    return 2 if any(o.status == "failed" for o in run.outcomes) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course", default=".", help="the nbgrader course folder")
+    parser.add_argument("--assignment", action="append", default=None,
+                        help="grade only this assignment (repeatable; default: all in source/)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="submissions graded at once (on a GPU box: one per GPU)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                        help="seconds allowed per submission before it is stopped and scored 0")
+    parser.add_argument("--memory-gb", type=float, default=DEFAULT_MEMORY_BYTES / 1024 ** 3,
+                        help="address-space limit per submission process on CPU, in GiB")
+    parser.add_argument("--cell-timeout", type=int, default=600,
+                        help="seconds allowed per notebook cell (nbgrader's Execute.timeout)")
+    parser.add_argument("--sandbox", choices=["auto", "bwrap", "off"], default="auto",
+                        help="run learner code under bubblewrap (auto: when installed)")
+    args = parser.parse_args(argv)
+    run = grade(args.course, args.assignment, workers=args.workers, timeout_s=args.timeout,
+                memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
+                sandbox=args.sandbox)
+    return exit_status(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Problem set 1: fix the graph breaks.
+
+``Original`` is a small model whose ``forward`` breaks the graph four times: a data-dependent
+``if``, a ``print``, an ``.item()`` and a boolean mask (``h[h > 0]``, an output whose shape depends
+on the data). The learner writes ``FixedModel`` (same parameters, same outputs) that compiles
+with ``fullgraph=True``; its speed is compared with the *original compiled* model, breaks and all.
+"""
+import torch
+from torch import nn
+
+from ..check import check, evaluate
+from . import Problem
+from ..targets import SpeedTarget
+
+__all__ = ["Original", "make_inputs", "example_inputs", "check", "evaluate", "torch", "nn"]
+
+D = 256
+ROWS = 1024
+
+
+class Original(nn.Module):
+    """Two linear layers with pointwise work in between, and four graph breaks in ``forward``."""
+
+    def __init__(self):
+        super().__init__()
+        gen = torch.Generator().manual_seed(1)
+        self.fc1 = nn.Linear(D, D)
+        self.fc2 = nn.Linear(D, D)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_((torch.rand(p.shape, generator=gen) - 0.5) * (2.0 / D ** 0.5))
+
+    def forward(self, x):
+        h = self.fc1(x)
+        if x.mean() > 0:                        # 1. data-dependent branch
+            h = torch.tanh(h) * 1.5
+        else:
+            h = torch.sigmoid(h) - 0.5
+        print("hidden norm:", h.norm())         # 2. print
+        scale = h.abs().max().item()            # 3. .item()
+        h = h / (scale + 1e-6)
+        pos_mean = h[h > 0].mean()              # 4. boolean mask: data-dependent shape
+        h = torch.sin(h - pos_mean) * torch.cos(h + pos_mean)
+        return torch.tanh(self.fc2(h).exp())
+
+
+def make_inputs(gen: torch.Generator, device: str = "cpu") -> tuple:
+    """A batch of ``ROWS`` x ``D`` inputs (mean slightly positive)."""
+    return ((torch.randn(ROWS, D, generator=gen) + 0.25).to(device),)
+
+
+def make_inputs_negative(gen: torch.Generator, device: str = "cpu") -> tuple:
+    """Inputs whose mean is negative: the other side of the ``if``."""
+    return ((torch.randn(ROWS, D, generator=gen) - 0.25).to(device),)
+
+
+def example_inputs(seed: int = 0, device: str = "cpu") -> tuple:
+    return make_inputs(torch.Generator().manual_seed(seed), device)
+
+
+def _baseline(device: str):
+    return Original().to(device).eval()
+
+
+HINTS = {
+    "correctness": "FixedModel must compute exactly what Original computes, for every input: "
+                   "keep both sides of the `if` (select with `torch.where`), and the same "
+                   "arithmetic.",
+    "fullgraph": "remove each graph break named above: `torch.where` for the `if`, no `print`, "
+                 "no `.item()` (keep the tensor), and `torch.where(mask, h, 0).sum() / "
+                 "mask.sum()` instead of `h[mask].mean()`.",
+    "breaks": "every break listed above still splits the graph; fix them one by one.",
+    "speed": "the speed target needs one graph (fullgraph) so Inductor can fuse the pointwise "
+             "work around the two matmuls; check that nothing extra is computed in forward.",
+}
+
+PROBLEMS = {
+    "ps1.q1": Problem(
+        key="ps1.q1", title="fix the graph breaks", entry="FixedModel",
+        make_baseline=_baseline, make_inputs=make_inputs, solution_grade_id="ps1-q1-solution",
+        checks=("correctness", "fullgraph", "breaks", "speed"),
+        baseline_compile={}, learner_compile={"fullgraph": True},
+        target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
+        budget_s=30.0, hints=HINTS),
+    # Hidden test: the other side of the data-dependent `if`.
+    "ps1.q1neg": Problem(
+        key="ps1.q1neg", title="fix the graph breaks (other branch)", entry="FixedModel",
+        make_baseline=_baseline, make_inputs=make_inputs_negative,
+        solution_grade_id="ps1-q1-solution", checks=("correctness",), hints=HINTS),
+}

@@ -1,0 +1,87 @@
+"""Problem set 2: make Inductor fuse it.
+
+``GroupNormGELU`` is a hand-written, memory-bound block: a group norm computed one feature group
+at a time in a Python loop, writing into slices of a preallocated output, then an affine map and a
+tanh-GELU. Inductor turns every slice write into its own kernels. The learner rewrites it
+(``FusedGroupNormGELU``) so Inductor emits at most ``MAX_KERNELS`` kernels.
+"""
+import torch
+from torch import nn
+
+from ..check import check, evaluate
+from . import Problem
+from ..targets import SpeedTarget
+
+__all__ = ["GroupNormGELU", "make_inputs", "example_inputs", "MAX_KERNELS", "check", "evaluate",
+           "torch", "nn"]
+
+D = 512
+GROUPS = 8
+ROWS = 1024
+MAX_KERNELS = 5
+
+
+class GroupNormGELU(nn.Module):
+    """Group norm over ``GROUPS`` groups of features, affine, then the tanh approximation of GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.groups = GROUPS
+        self.eps = 1e-5
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, D))
+        self.bias = nn.Parameter(torch.linspace(-0.1, 0.1, D))
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        size = x.shape[-1] // self.groups
+        for g in range(self.groups):
+            xs = x[:, g * size:(g + 1) * size]
+            mu = xs.mean(dim=-1, keepdim=True)
+            var = ((xs - mu) ** 2).mean(dim=-1, keepdim=True)
+            out[:, g * size:(g + 1) * size] = (xs - mu) / torch.sqrt(var + self.eps)
+        y = out * self.weight + self.bias
+        return 0.5 * y * (1.0 + torch.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
+
+
+def make_inputs(gen: torch.Generator, device: str = "cpu") -> tuple:
+    return (torch.randn(ROWS, D, generator=gen).mul(2.0).add(0.5).to(device),)
+
+
+def make_inputs_other_rows(gen: torch.Generator, device: str = "cpu") -> tuple:
+    """A different number of rows (hidden test: no hard-coded batch size)."""
+    rows = int(torch.randint(3, 300, (1,), generator=gen))
+    return (torch.randn(rows, D, generator=gen).mul(2.0).add(0.5).to(device),)
+
+
+def example_inputs(seed: int = 0, device: str = "cpu") -> tuple:
+    return make_inputs(torch.Generator().manual_seed(seed), device)
+
+
+def _baseline(device: str):
+    return GroupNormGELU().to(device).eval()
+
+
+HINTS = {
+    "correctness": "compute the same group norm: mean and (biased) variance over each group of "
+                   "D // groups consecutive features, eps inside the square root, then the affine "
+                   "map and the same tanh-GELU.",
+    "fusion": "no Python loop over groups and no writes into slices: view x as "
+              "(rows, groups, D // groups), reduce over the last dim with keepdim=True, and "
+              "view back; one expression per step lets Inductor fuse the pointwise work into the "
+              "reductions' kernels.",
+    "speed": "the speed comes from fusion: fewer kernels means fewer passes over memory.",
+}
+
+PROBLEMS = {
+    "ps2.q1": Problem(
+        key="ps2.q1", title="make Inductor fuse it", entry="FusedGroupNormGELU",
+        make_baseline=_baseline, make_inputs=make_inputs, solution_grade_id="ps2-q1-solution",
+        checks=("correctness", "fullgraph", "fusion", "speed"),
+        baseline_compile=None, learner_compile={}, max_kernels=MAX_KERNELS,
+        target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
+        budget_s=15.0, hints=HINTS),
+    "ps2.q1rows": Problem(
+        key="ps2.q1rows", title="make Inductor fuse it (other batch sizes)",
+        entry="FusedGroupNormGELU", make_baseline=_baseline, make_inputs=make_inputs_other_rows,
+        solution_grade_id="ps2-q1-solution", checks=("correctness",), hints=HINTS),
+}

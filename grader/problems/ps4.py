@@ -1,0 +1,118 @@
+"""Problem set 4 (capstone): a small transformer's inference step.
+
+``TinyGPT`` is a one-block decoder that returns the next-token distribution for a batch of token
+sequences. Its ``forward`` carries two habits from eager-mode debugging: a call counter
+(``self.calls``) that steers a periodic check, so every call changes a Python value the graph
+depends on and Dynamo recompiles; and the check itself, an ``.item()`` and a ``print`` that break
+the graph. The learner's ``FastGPT`` must compile with ``fullgraph=True``, compile once over
+repeated calls, match the outputs and reach the speed target over eager ``TinyGPT``.
+"""
+import math
+
+import torch
+from torch import nn
+
+from ..check import check, evaluate
+from . import Problem
+from ..targets import SpeedTarget
+
+__all__ = ["TinyGPT", "Block", "make_inputs", "example_inputs", "check", "evaluate", "torch", "nn",
+           "math", "VOCAB", "DIM", "HEADS", "LAYERS", "SEQ"]
+
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 1, 64, 4
+
+
+class Block(nn.Module):
+    """The parameters of one pre-norm transformer block (the maths is in TinyGPT)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(DIM)
+        self.ln2 = nn.LayerNorm(DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM)
+        self.proj = nn.Linear(DIM, DIM)
+        self.fc1 = nn.Linear(DIM, 4 * DIM)
+        self.fc2 = nn.Linear(4 * DIM, DIM)
+
+
+class TinyGPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.pos = nn.Embedding(SEQ, DIM)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.ln = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB)
+        self.calls = 0
+
+    def attention(self, blk, x):
+        B, T, _ = x.shape
+        q, k, v = blk.qkv(blk.ln1(x)).split(DIM, dim=-1)
+        q = q.view(B, T, HEADS, DIM // HEADS).transpose(1, 2)
+        k = k.view(B, T, HEADS, DIM // HEADS).transpose(1, 2)
+        v = v.view(B, T, HEADS, DIM // HEADS).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(DIM // HEADS)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+        att = att.masked_fill(mask, float("-inf"))
+        att = torch.exp(att - att.amax(dim=-1, keepdim=True))
+        att = att / att.sum(dim=-1, keepdim=True)
+        return blk.proj((att @ v).transpose(1, 2).reshape(B, T, DIM))
+
+    def mlp(self, blk, x):
+        h = blk.fc1(blk.ln2(x))
+        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h ** 3)))
+        return blk.fc2(h)
+
+    def forward(self, idx):
+        self.calls += 1
+        B, T = idx.shape
+        x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
+        for blk in self.blocks:
+            x = x + self.attention(blk, x)
+            x = x + self.mlp(blk, x)
+            if self.calls % 100 == 1 and x.abs().max().item() > 1e4:
+                print(f"call {self.calls}: activations are getting large")
+        logits = self.head(self.ln(x[:, -1]))
+        return torch.softmax(logits, dim=-1)
+
+
+def make_inputs(gen: torch.Generator, device: str = "cpu") -> tuple:
+    """A batch of ``BATCH`` token sequences of length ``SEQ``."""
+    return (torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen).to(device),)
+
+
+def example_inputs(seed: int = 0, device: str = "cpu") -> tuple:
+    return make_inputs(torch.Generator().manual_seed(seed), device)
+
+
+def repeated_calls(device: str = "cpu") -> list[tuple]:
+    """Six inference steps at the same shape, new tokens each time."""
+    gen = torch.Generator().manual_seed(11)
+    return [make_inputs(gen, device) for _ in range(6)]
+
+
+HINTS = {
+    "correctness": "FastGPT must return the same next-token distribution as TinyGPT: keep the "
+                   "same maths (subclass TinyGPT and reuse `attention` and `mlp`).",
+    "fullgraph": "the debug check breaks the graph (`.item()` and `print`): drop it from forward "
+                 "(check activations outside the compiled step if you need to).",
+    "breaks": "every break listed above still splits the graph.",
+    "recompiles": "`self.calls` is a Python int the graph depends on: each call changes it, and "
+                  "Dynamo recompiles. Remove the counter from forward (count outside the model, "
+                  "or keep it in a tensor buffer).",
+    "speed": "one graph lets Inductor fuse the softmax, GELU and layer norms around the matmuls; "
+             "make sure forward does no extra work.",
+}
+
+PROBLEMS = {
+    "ps4.q1": Problem(
+        key="ps4.q1", title="capstone: a fast, single-graph inference step", entry="FastGPT",
+        make_baseline=lambda device: TinyGPT().to(device).eval(), make_inputs=make_inputs,
+        solution_grade_id="ps4-q1-solution",
+        checks=("correctness", "fullgraph", "breaks", "recompiles", "speed"),
+        baseline_compile=None, learner_compile={"fullgraph": True},
+        recompile_inputs=repeated_calls, max_compiles=1,
+        target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
+        budget_s=15.0, hints=HINTS),
+}

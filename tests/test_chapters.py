@@ -1,0 +1,136 @@
+"""Every chapter notebook runs top to bottom on CPU, plots its figures and records its claims.
+
+The chapters run at ``COURSE_SIZE=ci`` (tiny shapes) unless ``COURSE_SIZE`` is set; each runs once
+in a fresh kernel (module-scoped fixture) and the tests below inspect the executed copy. Run times
+are written to tests/artifacts/chapter-times.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import nbformat
+import pytest
+
+from grader import chapters
+from grader.gpu_check_chapters import chapter_paths, execute_chapter, run_all
+
+SIZE = os.environ.get("COURSE_SIZE", "ci")
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")
+
+# chapter file -> (record key, minimum number of plots, minimum number of recorded rows)
+EXPECTED = {
+    "01_dynamo.ipynb": ("ch1", 2, 5),
+    "02_inductor_fusion.ipynb": ("ch2", 2, 5),
+    "03_modes.ipynb": ("ch3", 1, 9),
+    "04_graph_breaks.ipynb": ("ch4", 1, 4),
+    "05_realistic_speedups.ipynb": ("ch5", 1, 3),
+}
+
+
+def test_every_chapter_is_expected():
+    names = [os.path.basename(p) for p in chapter_paths()]
+    assert names == sorted(EXPECTED), names
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Run every chapter once; map file name -> (notebook or exception, seconds, records)."""
+    out = {}
+    times = {}
+    for path in chapter_paths():
+        name = os.path.basename(path)
+        record = str(tmp_path_factory.mktemp("rec") / "records.json")
+        try:
+            nb, seconds = execute_chapter(path, size=SIZE, record=record, timeout=600)
+        except Exception as exc:  # reported by the test of this chapter
+            nb, seconds = exc, float("nan")
+        if not isinstance(nb, Exception):  # kept for reading (tests/artifacts is not committed)
+            os.makedirs(os.path.join(ARTIFACTS, "executed"), exist_ok=True)
+            nbformat.write(nb, os.path.join(ARTIFACTS, "executed", name))
+        out[name] = (nb, seconds, chapters.load_records(record))
+        times[name] = seconds
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with open(os.path.join(ARTIFACTS, "chapter-times.json"), "w") as fh:
+        json.dump({"size": SIZE, "seconds": times, "total": sum(times.values())}, fh, indent=1)
+    return out
+
+
+def _outputs(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            yield from cell.get("outputs", [])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_chapter_runs_plots_and_records(executed, name):
+    nb, seconds, records = executed[name]
+    if isinstance(nb, Exception):
+        pytest.fail(f"{name} failed at size {SIZE}:\n{str(nb)[-3000:]}")
+    errors = [o for o in _outputs(nb) if o.output_type == "error"]
+    assert not errors, [f"{e.ename}: {e.evalue}" for e in errors]
+    key, plots, rows = EXPECTED[name]
+    pngs = [o for o in _outputs(nb) if o.output_type in ("display_data", "execute_result")
+            and "image/png" in o.get("data", {})]
+    assert len(pngs) >= plots, f"{name}: {len(pngs)} plots, expected at least {plots}"
+    mine = [r for r in records if r["chapter"] == key]
+    assert len(mine) >= rows, f"{name}: {len(mine)} recorded rows, expected at least {rows}"
+    for r in mine:
+        assert r["device"] == "cpu" and r["size"] == SIZE
+        assert isinstance(r["measured"], float)
+    # the recorded figures are printed in the notebook, next to the claim
+    text = "".join(o.get("text", "") for o in _outputs(nb) if o.output_type == "stream")
+    assert f"[{key}]" in text and "measured" in text
+    assert seconds < 600, f"{name} took {seconds:.0f} s at size {SIZE}"
+
+
+def test_cpu_run_says_what_is_gpu_only(executed):
+    nb = executed["03_modes.ipynb"][0]
+    if isinstance(nb, Exception):
+        pytest.skip("chapter 3 failed (reported by its own test)")
+    text = "".join(o.get("text", "") for o in _outputs(nb) if o.output_type == "stream")
+    assert "GPU-only:" in text and "skipped on cpu because" in text
+
+
+def test_claims_table_and_record(tmp_path, monkeypatch):
+    path = tmp_path / "rec.json"
+    monkeypatch.setenv("COURSE_RECORD", str(path))
+    chapters.record("chX", "speedup | with a pipe", 1.234, "about 2x", low=1.1, high=1.4)
+    chapters.record("chX", "compile", 12.5, None, unit="s")
+    rows = chapters.load_records()
+    assert [r["name"] for r in rows] == ["speedup | with a pipe", "compile"]
+    table = chapters.claims_table(rows)
+    assert "| chX | speedup \\| with a pipe | 1.23x [1.10, 1.40] | about 2x | cpu |" in table
+    assert "12.50 s" in table
+    monkeypatch.delenv("COURSE_RECORD")
+    chapters.record("chX", "not written", 1.0, None)  # no file: a no-op besides printing
+    assert len(chapters.load_records(str(path))) == 2
+
+
+def test_size_switch_defaults():
+    assert chapters.SIZE in chapters.SIZES
+    if "COURSE_SIZE" not in os.environ:
+        assert chapters.SIZE == ("full" if chapters.DEVICE == "cuda" else "small")
+    assert chapters.pick(full=3, small=2, ci=1) == {"full": 3, "small": 2, "ci": 1}[chapters.SIZE]
+
+
+def test_break_even():
+    assert chapters.break_even_calls(10.0, 0.5, 1.5) == pytest.approx(9.5)
+    assert chapters.break_even_calls(10.0, 2.0, 1.0) == float("inf")
+
+
+def test_gpu_check_runner_writes_the_table(tmp_path):
+    """The runner behind `make gpu-check`, on a one-cell notebook (the real chapters are run above)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from grader import chapters as ch\n"
+        "ch.record('ch0', 'smoke speedup', 1.5, 'about 1.2x')\n"
+        "print(ch.SIZE)")]
+    path = tmp_path / "00_smoke.ipynb"
+    nbformat.write(nb, str(path))
+    out = tmp_path / "table.md"
+    text = run_all(str(out), size="ci", notebooks=[str(path)], keep=str(tmp_path / "kept"))
+    assert "| ch0 | smoke speedup | 1.50x | about 1.2x | cpu | ci |" in text
+    assert out.read_text() == text
+    assert (tmp_path / "kept" / "00_smoke.ipynb").exists()
+    assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["chapter"] == "ch0"

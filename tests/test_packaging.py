@@ -1,0 +1,61 @@
+"""The repository's setup: dependency lists agree, setup is idempotent, the CLI answers."""
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[ ;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def _pyproject() -> dict:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        return tomllib.load(fh)
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    import yaml
+
+    project = _pyproject()["project"]
+    wanted = set(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted |= set(extra)
+    env = yaml.safe_load(open(os.path.join(ROOT, "environment.yml")))
+    pip_block = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    listed = {item for item in pip_block if not item.startswith("-e")}
+    # Same names and the same version constraints.
+    assert {r.replace(" ", "") for r in wanted} == {i.replace(" ", "") for i in listed}
+
+
+def test_make_setup_is_idempotent():
+    # After a setup (make test depends on it), a second `make setup` has nothing to do.
+    assert subprocess.run(["make", "-q", "setup"], cwd=ROOT).returncode == 0
+
+
+def test_every_make_target_that_needs_the_environment_depends_on_setup():
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    for target in ("test", "lab", "bench", "gpu-check", "release"):
+        m = re.search(rf"^{re.escape(target)}:(.*)$", makefile, re.M)
+        assert m, f"no `{target}` target"
+        assert "setup" in m.group(1), f"`{target}` does not depend on setup"
+
+
+def test_ci_runs_make_test():
+    assert "make test" in open(os.path.join(ROOT, ".ci", "run")).read()
+
+
+def test_cli_help_lists_the_workflow_verbs():
+    out = subprocess.run([sys.executable, "-m", "grader.cli", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for verb in ("release", "sync-notebooks", "check"):
+        assert verb in out
+
+
+def test_venv_and_student_data_are_ignored_by_git():
+    ignored = open(os.path.join(ROOT, ".gitignore")).read().split()
+    for entry in (".venv/", "submitted/", "autograded/", "feedback/", "gradebook.db"):
+        assert entry in ignored

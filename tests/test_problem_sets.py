@@ -1,0 +1,150 @@
+"""The problem sets: release/ is current, the reference solutions pass every test, the unsolved
+release fails every autograded test, self-check works outside nbgrader, and failure messages name
+the learner's line.
+
+These compile real models on the CPU: about 5-7 minutes in all on a 2-core machine. Each problem
+set is validated once. ``nbgrader validate`` also proves that no test cell of a reference solution
+writes to stderr: nbgrader scores such a cell zero, and validate would then report a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from grader import assign
+
+ROOT = assign.COURSE_ROOT
+PROBLEM_SETS = ["ps1", "ps2", "ps3", "ps4"]
+
+
+def _nbgrader(*args: str) -> subprocess.CompletedProcess:
+    return assign.nbgrader(*args, cwd=ROOT, check=False)
+
+
+def test_every_problem_set_is_in_source_and_release():
+    assert assign.assignments() == PROBLEM_SETS
+    for ps in PROBLEM_SETS:
+        assert os.path.exists(os.path.join(ROOT, "release", ps, f"{ps}.ipynb"))
+
+
+def test_release_is_not_stale():
+    stale = assign.stale_notebooks()
+    assert not stale, f"release/ is out of date, run `make release`: {stale}"
+
+
+def test_committed_notebooks_have_no_outputs_and_start_with_install_cell():
+    from grader.colab import INSTALL_CELL, INSTALL_CELL_TAG
+
+    for folder in ("source", "release"):
+        for ps in PROBLEM_SETS:
+            with open(os.path.join(ROOT, folder, ps, f"{ps}.ipynb")) as fh:
+                nb = json.load(fh)
+            first = nb["cells"][0]
+            assert first["cell_type"] == "code"
+            assert "".join(first["source"]) == INSTALL_CELL
+            assert INSTALL_CELL_TAG in first["metadata"].get("tags", [])
+            assert not (first["metadata"].get("nbgrader") or {}).get("grade")
+            for cell in nb["cells"]:
+                if cell["cell_type"] == "code":
+                    assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+def test_problem_definitions_match_the_notebooks():
+    """Every problem's solution_grade_id is a solution cell of its source notebook."""
+    from grader.problems import get_problem
+    from grader.source import solution_cells
+
+    for ps in PROBLEM_SETS:
+        mod = __import__(f"grader.problems.{ps}", fromlist=["PROBLEMS"])
+        for key in mod.PROBLEMS:
+            problem = get_problem(key)
+            cells = solution_cells(os.path.join(ROOT, "source", ps, f"{ps}.ipynb"),
+                                   [problem.solution_grade_id])
+            assert len(cells) == 1, key
+            assert "### BEGIN SOLUTION" in cells[0].source
+
+
+@pytest.mark.parametrize("ps", PROBLEM_SETS)
+def test_reference_solution_passes_every_test(ps):
+    proc = _nbgrader("validate", f"source/{ps}/{ps}.ipynb")
+    assert "Success! Your notebook passes all the tests." in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("ps", PROBLEM_SETS)
+def test_unsolved_release_fails_every_test(ps):
+    proc = _nbgrader("validate", "--invert", f"release/{ps}/{ps}.ipynb")
+    assert "Success! The notebook does not pass any tests." in proc.stdout, \
+        proc.stdout + proc.stderr
+
+
+def _fill_solutions(release_nb: dict, source_nb: dict) -> dict:
+    """The release notebook with each solution cell replaced by the source's (reference) text."""
+    source_by_id = {c["metadata"]["nbgrader"]["grade_id"]: c["source"]
+                    for c in source_nb["cells"]
+                    if (c["metadata"].get("nbgrader") or {}).get("solution")}
+    for cell in release_nb["cells"]:
+        meta = cell["metadata"].get("nbgrader") or {}
+        if meta.get("solution") and cell["cell_type"] == "code":
+            cell["source"] = source_by_id[meta["grade_id"]]
+    return release_nb
+
+
+def test_self_check_outside_nbgrader(tmp_path):
+    """A student's copy of ps3 (no source/ anywhere near it), solved, run in a plain kernel:
+    every self-check passes, speed against the shipped floor, and nothing reaches stderr."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    ps = "ps3"
+    with open(os.path.join(ROOT, "release", ps, f"{ps}.ipynb")) as fh:
+        release_nb = json.load(fh)
+    with open(os.path.join(ROOT, "source", ps, f"{ps}.ipynb")) as fh:
+        source_nb = json.load(fh)
+    nb = nbformat.reads(json.dumps(_fill_solutions(release_nb, source_nb)), as_version=4)
+    env_backup = os.environ.pop("COURSE_ROOT", None)
+    try:
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        if env_backup is not None:
+            os.environ["COURSE_ROOT"] = env_backup
+    checks = [c for c in nb.cells if c.cell_type == "code" and "check(\"ps3." in c.source
+              and not c.source.lstrip().startswith("ev")]
+    assert len(checks) == 2
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for out in cell.outputs:
+            assert out.get("name") != "stderr", f"stderr in cell {cell.source[:60]!r}: {out}"
+            assert out.get("output_type") != "error", f"error in cell {cell.source[:60]!r}: {out}"
+    text = ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")
+            for c in checks]
+    for out in text:
+        assert "[PASS]" in out and "[FAIL]" not in out, out
+    assert "self-check" in text[0] and "floor" in text[0], text[0]
+    assert "measured against the reference" not in text[0]
+
+
+def test_failure_message_names_the_learners_line_and_a_fix():
+    from grader.check import CheckFailed, evaluate
+    from grader.source import Cell
+
+    broken = Cell("cell 9", (
+        "class BatchScorer(PerSampleScorer):\n"
+        "    def forward(self, x):\n"
+        "        r = torch.relu(self.fc(x))\n"
+        "        print('scores', r.shape)\n"
+        "        return r / (r.norm(dim=-1, keepdim=True) + 1e-6)\n"))
+    ev = evaluate("ps3.q2", cells=[broken], reference="off")
+    assert ev.status == "ok", ev.result
+    assert ev.ok("correctness")
+    with pytest.raises(CheckFailed) as info:
+        ev.require("fullgraph")
+    message = str(info.value)
+    assert "cell 9, line 4" in message, message
+    assert "print" in message and "fix:" in message, message
