@@ -10,6 +10,10 @@ export PATH := $(BIN):$(PATH)
 # torch and torchvision pinned to releases that install without a network download here;
 # override e.g. `make setup TORCH_PINS="torch==2.6.0 torchvision==0.21.0"`.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+# Debian packages: bubblewrap sandboxes learner code during grading; chromium drives the
+# browser tests. Installed when missing (as root, or through passwordless sudo).
+SYSTEM_PACKAGES := bubblewrap chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 STAMP := $(VENV)/.setup-done
 ASSIGNMENT ?=
 WORKERS ?= 1
@@ -30,6 +34,9 @@ setup: $(STAMP)
 
 # Re-run only when the dependency list changes; a second `make setup` does nothing.
 $(STAMP): pyproject.toml
+	@command -v bwrap >/dev/null && command -v chromium >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; } || \
+	  echo "WARNING: could not install $(SYSTEM_PACKAGES): grading runs without a sandbox, browser tests fail"
 	test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
