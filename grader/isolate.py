@@ -24,12 +24,21 @@ def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
 
 
-def _sandbox_prefix(workdir: str, device: str) -> list[str]:
+def _sandbox_prefix(workdir: str, device: str, read_only: list[str] | tuple = ()) -> list[str]:
     """bubblewrap: the whole filesystem read-only, a private /tmp, the work folder writable, no
-    network, own PID namespace; CUDA devices passed through on a GPU box."""
-    prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", "--bind", workdir, workdir,
-              "--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"]
+    network, own PID namespace; CUDA devices passed through on a GPU box.
+
+    The private /tmp hides whatever lies under the real one, so the course checkout, the Python
+    environment and ``read_only`` paths are bound back (read-only) when they live there (a
+    clone in /tmp, a grading copy of the course, pytest's folders)."""
+    prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path in sorted({os.path.realpath(p) for p in (package_root, sys.prefix, *read_only) if p}):
+        if (path == "/tmp" or path.startswith("/tmp/")) and os.path.exists(path):
+            prefix += ["--ro-bind", path, path]
+    # Last, so that the work folder stays writable even inside a path bound read-only above.
+    prefix += ["--bind", workdir, workdir,
+               "--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"]
     if device.startswith("cuda"):
         for name in sorted(os.listdir("/dev")):
             if name.startswith("nvidia"):
@@ -70,7 +79,7 @@ def run_worker(spec: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             json.dump(spec, fh)
         cmd = [sys.executable, "-m", "grader.worker", spec_path, result_path]
         if use_bwrap:
-            cmd = _sandbox_prefix(workdir, device) + cmd
+            cmd = _sandbox_prefix(workdir, device, spec.get("extra_path", [])) + cmd
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "COURSE_SECRET"))}
         env.update(TMPDIR=workdir, HOME=workdir, PYTHONDONTWRITEBYTECODE="1",
                    # Inductor's caches go in the work folder: nothing shared between learners.
