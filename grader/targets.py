@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -20,13 +22,17 @@ DEVICE_CLASSES = ("cpu", "T4", "L4", "A100", "H100", "H200", "cuda")
 
 
 def device_class(device: str | torch.device = "cpu") -> str:
-    """'cpu', or the GPU family ('T4', 'A100', 'H100', 'H200', ...; 'cuda' for others)."""
+    """'cpu', or the GPU family ('T4', 'A100', 'H100', 'H200', ...; 'cuda' for others).
+
+    A family matches only as a whole word of the device name ("NVIDIA A100-SXM4-80GB" is an
+    A100), never as part of a longer one: an "NVIDIA L40S" is not an L4 and gets 'cuda'.
+    """
     device = torch.device(device)
     if device.type != "cuda":
         return "cpu"
     name = torch.cuda.get_device_name(device)
-    for family in DEVICE_CLASSES[1:-1]:
-        if family in name:
+    for family in sorted(DEVICE_CLASSES[1:-1], key=len, reverse=True):
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(family)}(?![A-Za-z0-9])", name, re.IGNORECASE):
             return family
     return "cuda"
 
@@ -67,9 +73,15 @@ class Condition:
     estimate: Estimate
     threshold: float
     verdict: str
+    confidence: float = 0.95   # of the interval in ``estimate`` (per look, see judge_speed)
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.estimate} vs {self.threshold:.2f} -> {self.verdict}"
+        return (f"{self.name}: {self.estimate} ({_percent(self.confidence)} CI) "
+                f"vs {self.threshold:.2f} -> {self.verdict}")
+
+
+def _percent(confidence: float) -> str:
+    return f"{100 * confidence:.4g}%"
 
 
 @dataclasses.dataclass
@@ -98,8 +110,9 @@ class SpeedVerdict:
         lines += ["  " + row for row in self.comparison.table().splitlines()]
         if self.verdict == "inconclusive":
             lines.append("  The confidence interval still straddles the target after the time "
-                         "budget: the machine is too noisy to decide. This is not a fail; "
-                         "re-run on a quieter machine or with a larger budget.")
+                         "budget (or the most trials allowed): the machine is too noisy to "
+                         "decide. This is not a fail; re-run on a quieter machine or with a "
+                         "larger budget.")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -110,7 +123,8 @@ class SpeedVerdict:
             "target": self.target_text,
             "conditions": [
                 {"name": k.name, "median": k.estimate.median, "low": k.estimate.low,
-                 "high": k.estimate.high, "threshold": k.threshold, "verdict": k.verdict}
+                 "high": k.estimate.high, "threshold": k.threshold, "verdict": k.verdict,
+                 "confidence": k.confidence}
                 for k in self.conditions],
             "speedups": {n: dataclasses.asdict(c.speedup(n)) for n in c.names if n != c.baseline},
             "ms_per_call": {n: c.per_call(n).median * 1e3 for n in c.names},
@@ -122,19 +136,21 @@ class SpeedVerdict:
 
 
 def _conditions(comp: Comparison, target: SpeedTarget, dev_class: str,
-                has_reference: bool) -> list[Condition]:
+                has_reference: bool, confidence: float = 0.95) -> list[Condition]:
     conds = []
     if has_reference and target.fraction_of_reference is not None:
-        est = comp.ratio("reference", "learner")  # = learner speedup / reference speedup
+        # = learner speedup / reference speedup
+        est = comp.ratio("reference", "learner", confidence)
         conds.append(Condition("speedup relative to reference", est,
                                target.fraction_of_reference,
-                               est.versus(target.fraction_of_reference)))
-    sp = comp.speedup("learner")
+                               est.versus(target.fraction_of_reference), confidence))
+    sp = comp.speedup("learner", confidence)
     if target.faster_than_baseline:
-        conds.append(Condition("speedup over baseline", sp, 1.0, sp.versus(1.0)))
+        conds.append(Condition("speedup over baseline", sp, 1.0, sp.versus(1.0), confidence))
     if dev_class in target.floors:
         floor = float(target.floors[dev_class])
-        conds.append(Condition(f"speedup floor on {dev_class}", sp, floor, sp.versus(floor)))
+        conds.append(Condition(f"speedup floor on {dev_class}", sp, floor, sp.versus(floor),
+                               confidence))
     return conds
 
 
@@ -147,19 +163,51 @@ def _overall(conds: Sequence[Condition]) -> str:
     return "inconclusive"
 
 
+def max_looks(min_trials: int, batch_trials: int, max_trials: int) -> int:
+    """How many times :func:`judge_speed` may look at the intervals: after the first
+    ``min_trials`` trials, then after every batch of ``batch_trials`` up to ``max_trials``."""
+    min_trials = max(1, min(min_trials, max_trials))
+    return 1 + math.ceil(max(0, max_trials - min_trials) / max(1, batch_trials))
+
+
+def per_look_confidence(confidence: float, looks: int) -> float:
+    """The confidence of each look's interval such that ``looks`` looks together decide wrongly
+    with probability at most ``1 - confidence`` (Bonferroni: each look spends an equal share of
+    the error). With 20 looks at 95% overall: 1 - 0.05/20 = 99.75% per look."""
+    return 1.0 - (1.0 - confidence) / max(1, looks)
+
+
+def _trial_seconds(comp: Comparison) -> float:
+    """Clock seconds one interleaved trial takes: every callable's block of ``reps`` calls
+    (the mean, so that slow outliers count). Leaves out first calls (compile), warm-up and
+    calibration, which are paid only once."""
+    return sum(sum(comp.seconds[n]) / len(comp.seconds[n]) for n in comp.names) * comp.reps
+
+
 def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple], *,
                 reference: Callable | None = None, target: SpeedTarget | None = None,
                 device: str = "cpu", budget_s: float = 60.0, min_trials: int = 11,
                 batch_trials: int = 10, max_trials: int = 200, block_seconds: float = 0.02,
-                keep_outputs: bool = True, clock: Clock = DEFAULT_CLOCK) -> SpeedVerdict:
+                keep_outputs: bool = True, confidence: float = 0.95,
+                clock: Clock = DEFAULT_CLOCK) -> SpeedVerdict:
     """Measure ``learner`` against ``baseline`` (and ``reference``) and decide on ``target``.
 
-    Runs ``min_trials`` interleaved trials, then more in batches while any condition's confidence
-    interval straddles its threshold and time is left in ``budget_s``; the verdict is
-    'inconclusive' if the budget runs out first: never a silent fail.
+    Runs ``min_trials`` interleaved trials, then more in batches of ``batch_trials`` while any
+    condition's confidence interval straddles its threshold, time is left in ``budget_s`` and
+    fewer than ``max_trials`` trials have run (never more); the verdict is 'inconclusive' if the
+    budget or ``max_trials`` runs out first: never a silent fail.
+
+    Stopping at the first look whose interval clears the threshold would, over many looks,
+    pass or fail a learner exactly at the target far more often than ``1 - confidence``; so
+    every look uses the interval at :func:`per_look_confidence` over the :func:`max_looks`
+    possible looks, and the whole procedure decides wrongly with probability at most
+    ``1 - confidence`` (5%) per condition.
     """
     target = target or SpeedTarget()
     dev_class = device_class(device)
+    min_trials = max(1, min(min_trials, max_trials))
+    batch_trials = max(1, batch_trials)
+    level = per_look_confidence(confidence, max_looks(min_trials, batch_trials, max_trials))
     fns = {"baseline": baseline, "learner": learner}
     if reference is not None:
         fns["reference"] = reference
@@ -168,18 +216,21 @@ def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple
     comp = compare(fns, args_pool, baseline="baseline", device=device, trials=min_trials,
                    block_seconds=block_seconds, clock=clock,
                    keep_outputs=("learner",) if keep_outputs else ())
+    # What one more trial costs: first from the timed blocks (compile and warm-up, paid once,
+    # are not repeated), then from how long the latest batch really took.
+    per_trial = _trial_seconds(comp)
     while True:
-        conds = _conditions(comp, target, dev_class, reference is not None)
+        conds = _conditions(comp, target, dev_class, reference is not None, level)
         verdict = _overall(conds)
         if verdict != "inconclusive" or comp.trials >= max_trials:
             break
-        # Estimate whether another batch fits in the budget from what one trial costs.
-        spent = start_left - time_left(deadline)
-        per_trial = spent / max(comp.trials, 1)
-        if time_left(deadline) < per_trial * batch_trials:
+        batch = min(batch_trials, max_trials - comp.trials)
+        left = time_left(deadline)
+        if left <= 0 or left < per_trial * batch:
             break
-        comp = compare(fns, args_pool, baseline="baseline", device=device, trials=batch_trials,
+        comp = compare(fns, args_pool, baseline="baseline", device=device, trials=batch,
                        clock=clock, previous=comp)
+        per_trial = (left - time_left(deadline)) / batch
     return SpeedVerdict(verdict, conds, comp, dev_class,
                         target.describe(dev_class, reference is not None),
                         start_left - time_left(deadline))

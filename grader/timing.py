@@ -136,17 +136,18 @@ class Comparison:
     device: str
     last_outputs: dict[str, list[tuple[int, object]]] = dataclasses.field(default_factory=dict)
 
-    def per_call(self, name: str) -> Estimate:
+    def per_call(self, name: str, confidence: float = 0.95) -> Estimate:
         """Median seconds per call (not a ratio; ``str`` prints it as one)."""
-        return Estimate.of(self.seconds[name])
+        return Estimate.of(self.seconds[name], confidence)
 
-    def ratio(self, slow: str, fast: str) -> Estimate:
+    def ratio(self, slow: str, fast: str, confidence: float = 0.95) -> Estimate:
         """How many times faster ``fast`` runs than ``slow``: paired per-trial ratios."""
-        return Estimate.of([a / b for a, b in zip(self.seconds[slow], self.seconds[fast])])
+        return Estimate.of([a / b for a, b in zip(self.seconds[slow], self.seconds[fast])],
+                           confidence)
 
-    def speedup(self, name: str) -> Estimate:
+    def speedup(self, name: str, confidence: float = 0.95) -> Estimate:
         """Speedup of ``name`` over the baseline."""
-        return self.ratio(self.baseline, name)
+        return self.ratio(self.baseline, name, confidence)
 
     def table(self) -> str:
         rows = [f"{'':<14}{'ms/call':>10}{'first call s':>14}{'speedup [95% CI]':>26}"]
@@ -160,6 +161,23 @@ class Comparison:
     __str__ = table
 
 
+def interleave_order(names: Sequence[str], t: int) -> list[str]:
+    """The order in which ``names`` run in round ``t``.
+
+    The order is rotated by ``t % n`` and, every other cycle of ``n`` rounds
+    (``(t // n) % 2 == 1``), reversed. Over each ``2 n`` rounds every name runs in every position
+    exactly twice, so each is first equally often, and every pair runs in both orders (for two
+    callables: a b, b a, b a, a b: an ABBA design that cancels linear drift). Rotating and
+    reversing on the same parity of ``t`` would undo the rotation for even ``n`` (for two
+    callables the baseline would always run first).
+    """
+    n = len(names)
+    order = list(names[t % n:]) + list(names[:t % n])
+    if (t // n) % 2:
+        order.reverse()
+    return order
+
+
 def compare(fns: Mapping[str, Callable], args_pool: Sequence[tuple], *, baseline: str,
             device: str = "cpu", warmup: int = 3, trials: int = 15, block_seconds: float = 0.02,
             keep_outputs: Sequence[str] = (), clock: Clock = DEFAULT_CLOCK,
@@ -169,8 +187,8 @@ def compare(fns: Mapping[str, Callable], args_pool: Sequence[tuple], *, baseline
     - The first call of each is timed on its own (``first_call_s``): for a compiled function
       that is compile time, reported apart from the steady state.
     - ``warmup`` more calls each, then ``trials`` rounds; in each round every callable runs one
-      block of ``reps`` calls, in an order that rotates from round to round so that drift and
-      turbo states hit all alike. Inputs cycle through ``args_pool``: distinct tensors and
+      block of ``reps`` calls, in an order that rotates from round to round (and reverses every
+      other cycle, see :func:`interleave_order`) so that drift and turbo states hit all alike. Inputs cycle through ``args_pool``: distinct tensors and
       values, so caching outputs by input identity or value does not pay.
     - ``keep_outputs``: names whose last output of every block is kept (with the index of its
       inputs) so the caller can check what the timed runs returned.
@@ -192,9 +210,7 @@ def compare(fns: Mapping[str, Callable], args_pool: Sequence[tuple], *, baseline
     else:
         result = previous
     for t in range(result.trials, result.trials + trials):
-        order = names[t % len(names):] + names[:t % len(names)]
-        if t % 2:
-            order.reverse()
+        order = interleave_order(names, t)
         start = t * result.reps
         for n in order:
             seconds, out = _call_block(fns[n], args_pool, start, result.reps, device, clock)

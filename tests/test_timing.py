@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from conftest import FakeClock, pool
-from grader.timing import (DEFAULT_CLOCK, Clock, Comparison, Estimate, compare, median_ci,
-                           time_first_call, time_per_call)
+from grader.timing import (DEFAULT_CLOCK, Clock, Comparison, Estimate, compare,
+                           interleave_order, median_ci, time_first_call, time_per_call)
 
 SLOW, FAST = 2.0 ** -8, 2.0 ** -10          # 4x apart
 
@@ -136,10 +136,9 @@ def _trial_orders(clock, names, trials):
 def test_interleaving_order_rotates(names):
     """Every callable runs in every position of a round, so drift hits all alike.
 
-    KNOWN FAILURE (grader bug) for two callables: the order rotates by t % n and is reversed on
-    odd rounds, which for n = 2 undoes the rotation: the baseline always runs first (and for any
-    even n, odd-indexed names never run first). judge_speed without a reference compares exactly
-    two callables.
+    For two callables this was once broken: rotating by t % n and reversing on odd rounds
+    undoes the rotation for n = 2 (the baseline always ran first; for any even n, odd-indexed
+    names never ran first). judge_speed without a reference compares exactly two callables.
     """
     clock = FakeClock()
     fns = {n: clock.fn(n, SLOW) for n in names}
@@ -152,6 +151,27 @@ def test_interleaving_order_rotates(names):
         assert at_position == set(names), f"position {position}: {orders}"
     firsts = [o[0] for o in orders]
     assert max(firsts.count(n) for n in names) <= math.ceil(trials / len(names)) + 1, orders
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_interleave_order_is_balanced(n):
+    """Over each 2n rounds every name runs exactly twice in every position, and every pair of
+    names runs in both orders equally often (position and carry-over effects cancel)."""
+    names = [chr(ord("a") + i) for i in range(n)]
+    for offset in (0, 2 * n, 7 * 2 * n):
+        orders = [interleave_order(names, t) for t in range(offset, offset + 2 * n)]
+        assert all(sorted(o) == names for o in orders)
+        for position in range(n):
+            column = [o[position] for o in orders]
+            assert all(column.count(name) == 2 for name in names), orders
+        for x in names:
+            for y in names:
+                if x != y:
+                    before = sum(o.index(x) < o.index(y) for o in orders)
+                    assert before == n, (x, y, orders)
+    if n == 2:
+        assert [interleave_order(names, t) for t in range(4)] == [
+            ["a", "b"], ["b", "a"], ["b", "a"], ["a", "b"]]     # ABBA
 
 
 def test_args_cycle_through_the_pool():
