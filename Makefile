@@ -54,11 +54,19 @@ lab: setup
 release: setup
 	$(PY) -m grader.cli release
 
+# ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once.
+grade: setup
+	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS)
+
+bench-grade: setup
+	$(PY) -m grader.bench_grade --out bench-results/bench-grade.md
+
 bench: setup
 	$(PY) -m grader.bench --out bench-results/bench-cpu.md
 
 gpu-check: setup
-	$(PY) -m grader.bench --device cuda --full --out bench-results/gpu-check.md
+	$(PY) -m grader.bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
+	$(PY) -m grader.gpu_check_chapters --size full --out bench-results/gpu-check-chapters.md
 
 clean:
 	rm -rf $(VENV) bench-results reports autograded feedback gradebook.db .pytest_cache

@@ -1,8 +1,9 @@
 """Benchmarks: the grader's own cost, the course workloads' speedups, and the timer's stability.
 
     python -m grader.bench --out bench-results/bench-cpu.md             # make bench
-    python -m grader.bench --device cuda --size full --chapters --calibrate \
-        --out bench-results/gpu-check.md                                  # make gpu-check
+    python -m grader.bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
+                                                                          # make gpu-check
+(the chapters' own GPU table comes from :mod:`grader.gpu_check_chapters`).
 
 Prints a markdown table per section and writes them all to ``--out``. Nothing here asserts a
 time: figures are for people to read (and commit, for the GPU table).
@@ -182,8 +183,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="repeats of the stability measurement")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads for timed runs (1: steadiest, see COURSE_DESIGN.md)")
-    parser.add_argument("--chapters", action="store_true",
-                        help="also execute every chapter and table its figures beside the seed's claims")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure each problem's reference and write self-check floors")
     parser.add_argument("--only", default=None,
@@ -219,10 +218,6 @@ def main(argv: list[str] | None = None) -> int:
         emit(bench_stability(device, args.repeats, size))
     if args.calibrate:
         emit(calibrate_floors(device))
-    if args.chapters:
-        from .chapters import run_chapters_table
-
-        emit(run_chapters_table(size="full" if device.startswith("cuda") else size))
     emit(f"Total bench time: {time.perf_counter() - started:.0f} s")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:

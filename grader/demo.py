@@ -16,7 +16,7 @@ import shutil
 
 PERSONAS = {
     "ada_full": "full solution",
-    "ben_partial": "first question solved, the rest left blank",
+    "ben_partial": "half done: some breaks or questions fixed, not all",
     "cy_blank": "nothing written",
     "dee_slow": "correct and compiles, but no faster than the baseline",
     "eve_wrong": "fast, but the outputs are wrong",
@@ -61,7 +61,9 @@ def personas_for(assignment: str, release_nb, source_nb) -> dict:
     extra = getattr(importlib.import_module(f"grader.problems.{assignment}"), "DEMO_SOLUTIONS", {})
     out = {
         "ada_full": _fill(release_nb, source_nb, code_ids),
-        "ben_partial": _fill(release_nb, source_nb, {first}),
+        # With one question, "partial" is a problem-specific half-done answer.
+        "ben_partial": _fill(release_nb, source_nb, code_ids, extra["partial"]) if "partial" in extra
+        else _fill(release_nb, source_nb, {first}),
         "cy_blank": release_nb,
         "fay_crash": _fill(release_nb, source_nb, code_ids,
                            {first: "import os\nos._exit(1)\n"}),
@@ -73,14 +75,18 @@ def personas_for(assignment: str, release_nb, source_nb) -> dict:
     return out
 
 
-def build_demo_course(course: str, assignments: list[str]) -> str:
-    """Create ``build/demo-course`` (a fresh nbgrader course with the demo submissions) and
-    return its path. Grades already there are kept, so a second run resumes."""
+def build_demo_course(course: str, assignments: list[str], folder: str | None = None,
+                      cohort: dict[str, str] | None = None) -> str:
+    """Create ``build/demo-course`` (or ``folder``): a fresh nbgrader course with the demo
+    submissions, and return its path. Grades already there are kept, so a second run resumes.
+
+    ``cohort`` maps student names to personas (default: one student per persona; the
+    benchmark uses several copies of ``ada_full``)."""
     import nbformat
 
     from .grade import _nbgrader
 
-    demo = os.path.join(course, "build", "demo-course")
+    demo = folder or os.path.join(course, "build", "demo-course")
     os.makedirs(demo, exist_ok=True)
     with open(os.path.join(course, "nbgrader_config.py")) as fh:
         config = fh.read()
@@ -95,10 +101,11 @@ def build_demo_course(course: str, assignments: list[str]) -> str:
         name = next(n for n in sorted(os.listdir(src)) if n.endswith(".ipynb"))
         source_nb = nbformat.read(os.path.join(src, name), as_version=4)
         release_nb = nbformat.read(os.path.join(demo, "release", assignment, name), as_version=4)
-        for student, nb in personas_for(assignment, release_nb, source_nb).items():
-            _write(demo, student, assignment, name, nb)
         raw = json.dumps(nbformat.from_dict(release_nb), indent=1)
-        _write(demo, "hal_corrupt", assignment, name, raw[: len(raw) // 2])
+        made = {**personas_for(assignment, release_nb, source_nb),
+                "hal_corrupt": raw[: len(raw) // 2]}
+        for student, persona in (cohort or {p: p for p in PERSONAS}).items():
+            _write(demo, student, assignment, name, made[persona])
     return demo
 
 

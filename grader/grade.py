@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 from .isolate import bwrap_available
 
@@ -332,7 +333,10 @@ def _merge(run: Run, sub: Submission, tmp: str | None, failure: str | None, dige
             failure = "nbgrader recorded no grades for this submission:\n" + _log_tail(tmp)
         finally:
             src_gb.close()
-    with Gradebook(_db_url(run.course)) as gb:
+    with Gradebook(_db_url(run.course)) as gb, warnings.catch_warnings():
+        # nbgrader's add_submission right after remove_submission makes SQLAlchemy warn about
+        # autoflush of the removed rows; the rows are rebuilt below, so the warning is noise.
+        warnings.simplefilter("ignore")
         try:
             gb.remove_submission(sub.assignment, sub.student)  # re-grading replaces, never adds
         except MissingEntry:

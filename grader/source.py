@@ -72,10 +72,32 @@ def cells_defining(*objects) -> list[Cell]:
                 cells.append(Cell(_label_for(filename), "".join(lines)))
             break
         if not found:
+            filename = _latest_cell_defining(obj)
+            if filename is not None:
+                found = True
+                if filename not in seen:
+                    seen.add(filename)
+                    cells.append(Cell(_label_for(filename), "".join(linecache.getlines(filename))))
+        if not found:
             name = getattr(obj, "__name__", repr(obj))
             raise ValueError(f"cannot find the source of {name}: define it in a notebook cell "
                              f"or a .py file (not with exec) and run that cell again")
     return cells
+
+
+def _latest_cell_defining(obj) -> str | None:
+    """For a class with no functions of its own (``class Fixed(Original): pass``, or only
+    attributes): the most recently run cell whose text defines it at top level."""
+    name = getattr(obj, "__name__", None)
+    if not name or getattr(obj, "__module__", None) not in ("__main__", None):
+        return None
+    keyword = "class" if isinstance(obj, type) else "def"
+    pattern = re.compile(rf"^{keyword}\s+{re.escape(name)}\b", re.M)
+    # linecache keeps cells in the order they ran: the last match is the live definition.
+    for filename in reversed(list(linecache.cache)):
+        if pattern.search("".join(linecache.getlines(filename))):
+            return filename
+    return None
 
 
 def _label_for(filename: str) -> str:

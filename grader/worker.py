@@ -163,7 +163,7 @@ def run_checks(spec: dict) -> dict:
             exec_cells([Cell.from_dict(c) for c in spec["reference_cells"]], ref_ns,
                        prefix="reference ")
         ref_model = problem.instantiate(ref_ns[problem.entry], base_model, device)
-        reference = _no_grad(torch.compile(ref_model, **problem.learner_compile))
+        reference = _no_grad(torch.compile(ref_model, **problem.compile_kwargs(ref_ns[problem.entry])))
     with ti.quiet_torch_logs():
         for fn in (base_timed, reference):
             if fn is not None and "speed" in checks:
@@ -196,6 +196,11 @@ def run_checks(spec: dict) -> dict:
                       message=f"could not build `{problem.entry}`: {_learner_traceback(exc)}")
         return result
     learner_eager = _no_grad(learner_model)
+    try:
+        compile_kwargs = problem.compile_kwargs(namespace[problem.entry])
+    except Exception as exc:
+        result.update(status="learner_error", message=f"{_learner_traceback(exc)}")
+        return result
     fresh_inputs = [problem.make_inputs(seeded_generator(s), device) for s in seeds[-3:]]
 
     res = result["checks"]
@@ -216,12 +221,12 @@ def run_checks(spec: dict) -> dict:
         if "recompiles" in checks and problem.recompile_inputs is not None:
             rep = recompiles.recompile_check(learner_eager, problem.recompile_inputs(device),
                                              max_compiles=problem.max_compiles,
-                                             **{k: v for k, v in problem.learner_compile.items()
+                                             **{k: v for k, v in compile_kwargs.items()
                                                 if k == "dynamic"})
             res["recompiles"] = {"ok": rep.ok, "compiles": rep.compiles, "message": str(rep)}
         if "fusion" in checks:
             rep = fusion.fusion_report(learner_eager, *fresh_inputs[0],
-                                       **problem.learner_compile)
+                                       **compile_kwargs)
             ok = problem.max_kernels is None or rep.kernels <= problem.max_kernels
             res["fusion"] = {"ok": ok, "kernels": rep.kernels, "max_kernels": problem.max_kernels,
                              "message": f"{rep} (allowed: at most {problem.max_kernels})"}
@@ -230,15 +235,15 @@ def run_checks(spec: dict) -> dict:
                 res["speed"] = {"ok": False, "verdict": "fail",
                                 "message": "speed not measured: the outputs are wrong"}
             else:
-                res["speed"] = _speed(problem, spec, learner_model, base_timed, reference, pool,
-                                      expected, device)
+                res["speed"] = _speed(problem, spec, learner_model, compile_kwargs, base_timed,
+                                      reference, pool, expected, device)
     result["seconds"] = time.monotonic() - started
     return result
 
 
-def _speed(problem: Problem, spec: dict, learner_model, base_timed, reference, pool, expected,
-           device: str) -> dict:
-    learner_c = _no_grad(torch.compile(learner_model, **problem.learner_compile))
+def _speed(problem: Problem, spec: dict, learner_model, compile_kwargs: dict, base_timed,
+           reference, pool, expected, device: str) -> dict:
+    learner_c = _no_grad(torch.compile(learner_model, **compile_kwargs))
     target = problem.target
     if reference is None:  # self-check: shipped floors only
         target = targets.SpeedTarget(fraction_of_reference=None,

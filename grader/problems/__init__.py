@@ -30,6 +30,8 @@ class Problem:
     - ``baseline_compile``: ``None`` for an eager baseline, or ``torch.compile`` options when the
       baseline is the original *compiled* (e.g. with its graph breaks).
     - ``learner_compile``: ``torch.compile`` options for the learner's (and reference's) version.
+    - ``compile_options(entry_object)``: extra options read from what the learner defined (e.g.
+      the mode they chose), merged over ``learner_compile``; see :meth:`compile_kwargs`.
     - ``solution_grade_id``: the nbgrader ``grade_id`` of the solution cell in ``source/`` whose
       text is the reference solution.
     """
@@ -44,6 +46,7 @@ class Problem:
     build: Callable[[Any, Any, str], Callable] | None = None
     baseline_compile: dict | None = None
     learner_compile: dict = dataclasses.field(default_factory=dict)
+    compile_options: Callable[[Any], dict] | None = None
     target: SpeedTarget = dataclasses.field(default_factory=SpeedTarget)
     max_kernels: int | None = None
     recompile_inputs: Callable[[str], list[tuple]] | None = None
@@ -60,6 +63,12 @@ class Problem:
     @property
     def assignment(self) -> str:
         return self.key.split(".")[0]
+
+    def compile_kwargs(self, entry_object: Any) -> dict:
+        """``torch.compile`` options for a solution whose entry is ``entry_object`` (the
+        learner's or the reference's: each is compiled with its own choice)."""
+        extra = self.compile_options(entry_object) if self.compile_options else {}
+        return {**self.learner_compile, **extra}
 
     def instantiate(self, entry_object: Any, baseline: Any, device: str) -> Callable:
         if self.build is not None:

@@ -13,7 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from ..check import check, evaluate
-from . import Problem, default_build
+from . import Problem
 from ..targets import SpeedTarget
 
 __all__ = ["TinyMLP", "PerSampleScorer", "MODES", "make_mlp_inputs", "make_scorer_inputs",
@@ -89,16 +89,13 @@ def scorer_recompile_inputs(device: str = "cpu") -> list[tuple]:
     return [(torch.randn(b, SCORER_D, generator=gen).to(device),) for b in sizes]
 
 
-def _build_with_mode(entry, baseline, device: str):
-    """Instantiate the class and compile it (in the grader) with the mode it names."""
+def _chosen_mode(entry) -> dict:
+    """The learner's (or the reference's) choice: the class attribute ``compile_mode``."""
     mode = getattr(entry, "compile_mode", None)
     if mode not in MODES:
         raise ValueError(f"set the class attribute `compile_mode` of {getattr(entry, '__name__', entry)}"
                          f" to one of {MODES} (got {mode!r})")
-    # The grading process compiles with problem.learner_compile right after building: the
-    # mode is the learner's (for the reference: the reference's) choice.
-    PROBLEMS["ps3.q1"].learner_compile = {"mode": mode}
-    return default_build(entry, baseline, device)
+    return {"mode": mode}
 
 
 Q1_HINTS = {
@@ -124,8 +121,7 @@ PROBLEMS = {
         key="ps3.q1", title="pick a mode for a launch-bound model", entry="SmallBatchMLP",
         make_baseline=lambda device: TinyMLP().to(device).eval(), make_inputs=make_mlp_inputs,
         solution_grade_id="ps3-q1-solution", checks=("correctness", "fullgraph", "speed"),
-        build=_build_with_mode, baseline_compile=None,
-        learner_compile={"mode": "reduce-overhead"},
+        compile_options=_chosen_mode, baseline_compile=None,
         target=SpeedTarget(fraction_of_reference=0.8, faster_than_baseline=True),
         pool_size=8, budget_s=15.0, hints=Q1_HINTS),
     "ps3.q2": Problem(
@@ -134,4 +130,27 @@ PROBLEMS = {
         make_inputs=make_scorer_inputs, solution_grade_id="ps3-q2-solution",
         checks=("correctness", "fullgraph", "recompiles"), learner_compile={"dynamic": True},
         recompile_inputs=scorer_recompile_inputs, max_compiles=1, hints=Q2_HINTS),
+}
+
+
+# The demo cohort's problem-specific submissions (grader/demo.py): solution cell -> its text.
+# ("partial": question 1 only, the default.)
+DEMO_SOLUTIONS = {
+    # The right mode, but forward runs the network four times and keeps one result.
+    "slow": {"ps3-q1-solution": '''class SmallBatchMLP(TinyMLP):
+    compile_mode = "reduce-overhead"
+
+    def forward(self, x):
+        y = super().forward(x)
+        for _ in range(3):
+            y = y + 0.0 * super().forward(x + 1.0)   # wasted work
+        return y
+'''},
+    # Fast, but the outputs are scaled.
+    "wrong": {"ps3-q1-solution": '''class SmallBatchMLP(TinyMLP):
+    compile_mode = "reduce-overhead"
+
+    def forward(self, x):
+        return super().forward(x) * 1.01
+'''},
 }
