@@ -3,6 +3,7 @@
     python -m grader.cli release [ASSIGNMENT ...]     regenerate release/ from source/
     python -m grader.cli sync-notebooks               write the Colab setup cell into every notebook
     python -m grader.cli check KEY NOTEBOOK           grade one problem of a notebook in a fresh process
+    python -m grader.cli grade [--assignment ps1] ... grade a cohort (what `make grade` runs)
 """
 from __future__ import annotations
 
@@ -54,7 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-reference", action="store_true",
                    help="use the shipped floors instead of measuring the reference solution")
     p.set_defaults(func=_check)
-    args = parser.parse_args(argv)
+    p = sub.add_parser("grade", help="grade submitted/ (or the demo cohort) into the gradebook; "
+                                     "options as in `python -m grader.grade --help`", add_help=False)
+    p.set_defaults(func=None)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "grade":
+        from .grade import main as grade_main
+
+        return grade_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.func(args)
 
 

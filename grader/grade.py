@@ -120,12 +120,14 @@ def find_submissions(run: Run) -> None:
                 _nbgrader(run.course, "zip_collect", assignment, "--force")
     subs = _scan(run.course, run.assignments)
     if not subs:
-        from .demo import build_demo_course
+        from .demo import DEMO_CELL_TIMEOUT_S, build_demo_course
 
         run.demo = True
         run.log("submitted/ is empty: grading the bundled demo cohort (8 students per problem set) "
                 "in build/demo-course/")
         run.course = build_demo_course(run.course, run.assignments)
+        # The endless-loop student costs one cell timeout: keep it short for the demo.
+        run.cell_timeout_s = min(run.cell_timeout_s, DEMO_CELL_TIMEOUT_S)
         subs = _scan(run.course, run.assignments)
     run.submissions = subs
     run.log(f"{len(subs)} submissions: {len({s.student for s in subs})} students, "

@@ -1,0 +1,114 @@
+"""`make grade` end to end: the demo cohort grades to its written-down scores, a killed run
+resumes without loss or double counting, and the report, CSV and feedback are written.
+
+Problem set 2 is the cheapest to grade, so the cohort tests use it; the other sets' demo scores
+are checked by `make grade` itself (its exit status compares them with demo_expected.json).
+"""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grader import demo
+from grader.grade import MARKER, grade, exit_status
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ASSIGNMENT = "ps2"
+
+
+def _gradebook_rows(course: str) -> list[tuple]:
+    from nbgrader.api import Gradebook
+
+    url = "sqlite:///" + os.path.join(course, "gradebook.db")
+    with Gradebook(url) as gb:
+        return sorted((s.student_id, s.assignment.name, float(s.score))
+                      for a in gb.assignments for s in a.submissions)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("demo") / "course")
+    demo.build_demo_course(ROOT, [ASSIGNMENT], folder=folder)
+    started = time.monotonic()
+    run = grade(folder, [ASSIGNMENT], workers=2, cell_timeout_s=demo.DEMO_CELL_TIMEOUT_S)
+    print(f"demo cohort {ASSIGNMENT}: {time.monotonic() - started:.0f} s")
+    return run
+
+
+def test_demo_cohort_has_every_persona_and_written_down_scores():
+    expected = demo.expected_scores()
+    for assignment in sorted(os.listdir(os.path.join(ROOT, "source"))):
+        assert set(expected.get(assignment, {})) == set(demo.PERSONAS), assignment
+
+
+def test_demo_cohort_grades_to_the_written_down_scores(demo_run):
+    assert len(demo_run.outcomes) == len(demo.PERSONAS)
+    assert demo.check_expected(demo_run) == []
+
+
+def test_unreadable_submissions_score_zero_with_a_reason_and_nobody_else_is_affected(demo_run):
+    by_student = {o.submission.student: o for o in demo_run.outcomes}
+    corrupt = by_student["hal_corrupt"]
+    assert corrupt.status == "failed" and "not a readable notebook" in corrupt.reason
+    page = os.path.join(demo_run.course, "feedback", "hal_corrupt", ASSIGNMENT, "NOT_GRADED.html")
+    assert "not a readable notebook" in open(page).read()
+    # The crash and the endless loop are graded (zero for what they broke), with the reason
+    # in their feedback; the full solution next to them keeps full marks.
+    for student, reason in (("fay_crash", "kernel died"), ("gus_loop", "Timeout")):
+        assert by_student[student].status == "graded"
+        fb = os.path.join(demo_run.course, "feedback", student, ASSIGNMENT, f"{ASSIGNMENT}.html")
+        assert reason.lower() in open(fb).read().lower(), student
+    assert by_student["ada_full"].score == by_student["ada_full"].max_score
+    # Real submissions (not the demo) with an ungradable one exit with status 2.
+    demo_run.demo = False
+    assert exit_status(demo_run) == 2
+
+
+def test_gradebook_csv_and_report_agree(demo_run):
+    rows = _gradebook_rows(demo_run.course)
+    assert len(rows) == len(demo.PERSONAS)  # one submission each, nothing counted twice
+    with open(demo_run.csv_path) as fh:
+        csv_scores = {r["student_id"]: float(r["raw_score"]) for r in csv.DictReader(fh)
+                      if r["assignment"] == ASSIGNMENT}
+    assert csv_scores == {student: score for student, _, score in rows}
+    report = open(demo_run.report_path).read()
+    assert ASSIGNMENT in report and "<img" in report
+
+
+def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path):
+    folder = str(tmp_path / "course")
+    cohort = {"a_blank": "cy_blank", "b_crash": "fay_crash", "c_corrupt": "hal_corrupt",
+              "d_full": "ada_full"}
+    demo.build_demo_course(ROOT, [ASSIGNMENT], folder=folder, cohort=cohort)
+    proc = subprocess.Popen([sys.executable, "-m", "grader.grade", "--course", folder,
+                             "--assignment", ASSIGNMENT, "--workers", "1"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    markers = [os.path.join(folder, "autograded", s, ASSIGNMENT, MARKER) for s in cohort]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and sum(map(os.path.exists, markers)) < 2:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # like a power cut: no clean-up code runs
+    proc.wait()
+    finished = [m for m in markers if os.path.exists(m)]
+    assert 2 <= len(finished) < len(cohort), "the kill should land mid-run"
+    saved = {os.path.basename(os.path.dirname(os.path.dirname(m))): json.load(open(m))["score"]
+             for m in finished}
+
+    run = grade(folder, [ASSIGNMENT], workers=1)
+    by_student = {o.submission.student: o for o in run.outcomes}
+    for student, score in saved.items():
+        assert by_student[student].status == "skipped" and by_student[student].score == score
+    assert {o.status for s, o in by_student.items() if s not in saved} <= {"graded", "failed"}
+    rows = _gradebook_rows(folder)
+    assert [r[0] for r in rows] == sorted(cohort)  # each student exactly once
+    assert by_student["d_full"].score == by_student["d_full"].max_score
+
+    again = grade(folder, [ASSIGNMENT], workers=1)
+    assert {o.status for o in again.outcomes} == {"skipped"}
+    assert _gradebook_rows(folder) == rows
