@@ -38,7 +38,7 @@ def test_make_setup_is_idempotent():
 
 def test_every_make_target_that_needs_the_environment_depends_on_setup():
     makefile = open(os.path.join(ROOT, "Makefile")).read()
-    for target in ("test", "lab", "bench", "gpu-check", "release"):
+    for target in ("test", "lab", "bench", "gpu-check", "release", "grade", "bench-grade"):
         m = re.search(rf"^{re.escape(target)}:(.*)$", makefile, re.M)
         assert m, f"no `{target}` target"
         assert "setup" in m.group(1), f"`{target}` does not depend on setup"
@@ -51,7 +51,7 @@ def test_ci_runs_make_test():
 def test_cli_help_lists_the_workflow_verbs():
     out = subprocess.run([sys.executable, "-m", "grader.cli", "--help"], capture_output=True,
                          text=True, check=True).stdout
-    for verb in ("release", "sync-notebooks", "check"):
+    for verb in ("release", "sync-notebooks", "check", "grade"):
         assert verb in out
 
 
