@@ -6,9 +6,14 @@ torch 2.6 and newer; where names moved between releases, both spellings are trie
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
+import functools
+import inspect
 import logging
 import re
+import types
 from typing import Any, Callable, Iterator
 
 import torch
@@ -29,10 +34,18 @@ def explain(fn: Callable, *args, **kwargs):
     return torch._dynamo.explain(fn)(*args, **kwargs)
 
 
-def guard_failures_for(code) -> list[str]:
-    """The guard-failure messages Dynamo recorded for a code object (one per recompile)."""
+def guard_failures_for(code, *, forget: bool = False) -> list[str]:
+    """The guard-failure messages Dynamo recorded for a code object.
+
+    Dynamo records one message per cache entry it tried, so ``k`` recompiles leave
+    ``1 + 2 + ... + k`` messages, each prefixed with the compile id (``"0/1: "``) of the entry
+    that failed. ``forget=True`` also drops them from Dynamo's record.
+    """
     failures = getattr(torch._dynamo.utils, "guard_failures", {})
-    return [str(m) for m in failures.get(code, [])]
+    found = [str(m) for m in failures.get(code, [])]
+    if forget and code in failures:
+        del failures[code]
+    return found
 
 
 def clear_guard_failures() -> None:
@@ -51,6 +64,174 @@ def set_recompile_limit(limit: int) -> contextlib.AbstractContextManager:
 def recompile_limit() -> int:
     cfg = torch._dynamo.config
     return int(getattr(cfg, "recompile_limit", getattr(cfg, "cache_size_limit", 8)))
+
+
+_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+_LIMIT_HIT = re.compile(r"hit config\.(?P<kind>\w+) \((?P<limit>\d+)\)")
+
+
+class _LimitCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[tuple[str, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            m = _LIMIT_HIT.search(record.getMessage())
+        except Exception:
+            return
+        if m:
+            self.hits.append((m["kind"], int(m["limit"])))
+
+
+@contextlib.contextmanager
+def capture_recompile_limit_hits() -> Iterator[list]:
+    """Collect ``(limit_name, limit)`` each time Dynamo gives up on a frame in the block because
+    it hit its recompile limit (``"torch._dynamo hit config.recompile_limit (8)"``); past it,
+    Dynamo silently runs the frame eagerly. Nothing is printed.
+    """
+    logger = logging.getLogger(_LIMIT_LOGGER)
+    collector = _LimitCollector()
+    saved = (logger.level, logger.propagate, logger.disabled)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    logger.disabled = False
+    logger.addHandler(collector)
+    try:
+        yield collector.hits
+    finally:
+        logger.removeHandler(collector)
+        logger.setLevel(saved[0])
+        logger.propagate, logger.disabled = saved[1], saved[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling without sharing Dynamo's caches with earlier compiles
+
+def _fresh_function(fn: types.FunctionType) -> types.FunctionType:
+    """A copy of ``fn`` with a new code object that is not even *equal* to the old one.
+
+    Dynamo keeps its compiled entries on the code object (and some records in dicts keyed by
+    code equality): a new, unequal code object starts with none of them. The copy has the same
+    file, lines, globals, defaults and closure, so it behaves (and reports lines) the same.
+    """
+    # An unused constant makes the code compare unequal; no instruction refers to it.
+    code = fn.__code__.replace(co_consts=fn.__code__.co_consts + (object(),))
+    new = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = copy.copy(fn.__kwdefaults__)
+    new.__qualname__ = fn.__qualname__
+    new.__module__ = fn.__module__
+    new.__doc__ = fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+def _trampoline(target: Callable) -> Callable:
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(target, "__name__", type(target).__name__)
+    return _fresh_function(call)
+
+
+def _original(fn: Callable) -> Callable:
+    """What ``torch.compile`` wrapped, if ``fn`` is already compiled."""
+    while True:
+        if isinstance(fn, torch._dynamo.eval_frame.OptimizedModule):
+            fn = fn._orig_mod
+        elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
+            fn = fn._torchdynamo_orig_callable
+        else:
+            return fn
+
+
+def fresh_copy(fn: Callable) -> Callable:
+    """A copy of ``fn`` whose code objects Dynamo has never seen.
+
+    Functions and methods get a new code object; an ``nn.Module`` becomes a shallow copy
+    (same parameters, buffers, submodules and hooks) whose ``forward`` has a new code object;
+    a ``functools.partial`` gets a fresh inner function; anything else is called through a
+    fresh one-line function. An already compiled function or module is unwrapped first.
+
+    Compiling the copy never hits, and never adds to, the cache entries of earlier compiles of
+    ``fn`` (the learner's own, or an earlier report's), so repeated reports are independent and
+    the recompile limit of ``fn`` is never used up by them.
+    """
+    fn = _original(fn)
+    if isinstance(fn, types.FunctionType):
+        return _fresh_function(fn)
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return types.MethodType(_fresh_function(fn.__func__), fn.__self__)
+    if isinstance(fn, functools.partial):
+        return functools.partial(fresh_copy(fn.func), *fn.args, **fn.keywords)
+    if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__:
+        try:
+            module = copy.copy(fn)
+        except Exception:
+            return _trampoline(fn)
+        forward = fn.__dict__.get("forward")
+        if forward is None:  # the usual case: `def forward(self, ...)` in the class
+            forward = types.MethodType(_fresh_function(type(fn).forward), module)
+        elif (isinstance(forward, types.MethodType) and forward.__self__ is fn
+              and isinstance(forward.__func__, types.FunctionType)):
+            forward = types.MethodType(_fresh_function(forward.__func__), module)
+        else:  # an instance attribute that is some other callable (a lambda, another module's)
+            forward = fresh_copy(forward)
+        object.__setattr__(module, "forward", forward)
+        return module
+    return _trampoline(fn)
+
+
+_COMPILE_PARAMETERS = frozenset(inspect.signature(torch.compile).parameters)
+
+
+def compile_isolated(fn: Callable, **options) -> Callable:
+    """``torch.compile(fn, **options)``, with ``isolate_recompiles=True`` where torch has it
+    (2.12+), so that frames reached from ``fn`` (a module called by a wrapper, a function after
+    a graph break) keep the entries of this compile apart from everyone else's and do not use up
+    their recompile limit."""
+    if "isolate_recompiles" in _COMPILE_PARAMETERS:
+        options.setdefault("isolate_recompiles", True)
+    return torch.compile(fn, **options)
+
+
+def compile_fresh(fn: Callable, **options) -> Callable:
+    """``compile_isolated(fresh_copy(fn), **options)``: a compile that shares nothing with
+    earlier compiles of ``fn``."""
+    return compile_isolated(fresh_copy(fn), **options)
+
+
+@contextlib.contextmanager
+def own_automatic_dynamic_state() -> Iterator[None]:
+    """Compile inside the block as if no frame had been seen before.
+
+    Automatic dynamic shapes remember, per function (keyed by file, line and name, not by code
+    object), which sizes changed between calls; an earlier compile of the same function would
+    make a check start out dynamic. The block starts from an empty record, and the record the
+    process had before is put back afterwards (what the block learns is dropped).
+    """
+    try:
+        from torch._dynamo import pgo
+    except ImportError:  # older torch keeps the record on the code object: nothing to do
+        yield
+        return
+    if not (hasattr(pgo, "_CODE_STATE") and hasattr(pgo, "CodeState")):
+        yield
+        return
+    saved = pgo._CODE_STATE
+    pgo._CODE_STATE = collections.defaultdict(pgo.CodeState)
+    try:
+        yield
+    finally:
+        pgo._CODE_STATE = saved
+
+
+def explain_backend():
+    """A Dynamo backend that records every graph (and break) and runs them eagerly
+    (``ExplainWithBackend("eager")``; ``.output()`` gives ``graph_count``, ``op_count``)."""
+    from torch._dynamo.backends.debugging import ExplainWithBackend
+
+    return ExplainWithBackend("eager")
 
 
 def fresh_inductor_cache() -> contextlib.AbstractContextManager:

@@ -127,6 +127,9 @@ class GraphBreakReport:
     def __str__(self) -> str:
         head = (f"{self.graph_count} graph{'s' * (self.graph_count != 1)}, "
                 f"{self.break_count} graph break{'s' * (self.break_count != 1)}")
+        if self.ok and self.graph_count == 0:
+            return head + (": Dynamo captured no tensor operations (the function does none, or "
+                           "Dynamo skipped it), so there is no graph to break.")
         if self.ok:
             return head + ": the whole function compiles as one graph."
         return head + "\n" + "\n".join(f"- {b}" for b in self.breaks)
@@ -213,13 +216,15 @@ def graph_break_report(fn: Callable, *example_inputs, **example_kwargs) -> Graph
 
     Runs ``fn`` once (its side effects, such as a ``print``, happen). Unlike
     ``torch._dynamo.explain`` it does not reset Dynamo, so other compiled functions in the
-    process keep their caches.
+    process keep their caches. It compiles a fresh copy of ``fn`` (new code objects, see
+    :func:`grader._torch_internals.fresh_copy`): an earlier compile of ``fn`` (the learner's, or
+    an earlier report's) is neither reused nor counted against ``fn``'s recompile limit, so the
+    report is the same however often it runs.
     """
-    from torch._dynamo.backends.debugging import ExplainWithBackend
-
-    backend = ExplainWithBackend("eager")
-    with ti.quiet_torch_logs(), ti.capture_graph_breaks() as records:
-        torch.compile(fn, backend=backend)(*example_inputs, **example_kwargs)
+    backend = ti.explain_backend()
+    with ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
+            ti.capture_graph_breaks() as records:
+        ti.compile_fresh(fn, backend=backend)(*example_inputs, **example_kwargs)
         out = backend.output()
     # One entry per distinct learner line and cause: Dynamo may log a break again when it
     # resumes or retries a frame.
@@ -254,20 +259,35 @@ class FullgraphResult:
 
 def fullgraph_check(fn: Callable, *example_inputs, backend: str = "eager",
                     **example_kwargs) -> FullgraphResult:
-    """Compile ``fn`` with ``fullgraph=True`` and call it once.
+    """Does ``fn`` compile as one graph, with no graph break? Calls ``fn`` once or twice.
 
+    First the graph-break report (a plain ``torch.compile``): any break, or more than one graph,
+    fails the check and the result carries the report. Then, if the report is clean,
+    ``torch.compile(fn, fullgraph=True)`` must also succeed. The report comes first because
+    ``fullgraph=True`` is more permissive than the compile the learner will run: it turns on
+    ``capture_scalar_outputs`` and ``capture_dynamic_output_shape_ops``, so ``.item()`` and
+    ``x[x > 0]`` compile there as one graph while a plain ``torch.compile`` breaks on them.
+
+    Both compiles use a fresh copy of ``fn`` (an earlier compile of ``fn`` is never reused).
     ``backend="eager"`` (Dynamo only) is enough: whether a function is one graph is decided by
-    Dynamo, before any code generation. On failure the result carries the graph-break report.
+    Dynamo, before any code generation.
     """
-    try:
-        with ti.quiet_torch_logs():
-            torch.compile(fn, fullgraph=True, backend=backend)(*example_inputs, **example_kwargs)
-        return FullgraphResult(ok=True)
-    except Exception as exc:  # Dynamo raises Unsupported / UserError subclasses
-        error = f"{type(exc).__name__}: {exc}"
     try:
         report = graph_break_report(fn, *example_inputs, **example_kwargs)
     except Exception as exc:  # the function itself raised: report that
-        report = None
-        error = f"{error}\n(while explaining: {type(exc).__name__}: {exc})"
-    return FullgraphResult(ok=False, error=error, report=report)
+        return FullgraphResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+    if report.breaks or report.graph_count > 1:
+        if report.breaks:
+            first = report.breaks[0]
+            where = f" at {first.location}" if first.location else ""
+            headline = first.reason.splitlines()[0] if first.reason else first.cause
+            error = f"graph break{where}: {headline}"
+        else:
+            error = f"Dynamo splits the function into {report.graph_count} graphs"
+        return FullgraphResult(ok=False, error=error, report=report)
+    try:
+        with ti.quiet_torch_logs(), ti.own_automatic_dynamic_state():
+            ti.compile_fresh(fn, fullgraph=True, backend=backend)(*example_inputs, **example_kwargs)
+    except Exception as exc:  # Dynamo raises Unsupported / UserError subclasses
+        return FullgraphResult(ok=False, error=f"{type(exc).__name__}: {exc}", report=report)
+    return FullgraphResult(ok=True)

@@ -34,12 +34,16 @@ def fusion_report(fn: Callable, *example_inputs, mode: str | None = None,
     """Compile ``fn`` with Inductor in a fresh cache and count the generated kernels.
 
     The FX graph cache would otherwise hand back a compiled graph without generating (and
-    counting) anything. Kernels are Triton kernels on CUDA and C++ kernels on CPU; calls into
-    library kernels (matmul, conv) are not counted: they are not generated.
+    counting) anything; and a fresh copy of ``fn`` is compiled (see
+    :func:`grader._torch_internals.fresh_copy`), so that Dynamo's own cache of an earlier
+    compile of ``fn`` (an earlier report, or the learner's ``torch.compile``) is not reused.
+    Kernels are Triton kernels on CUDA and C++ kernels on CPU; calls into library kernels
+    (matmul, conv) are not counted: they are not generated.
     """
     code = ""
-    with ti.fresh_inductor_cache(), ti.quiet_torch_logs(), ti.count_generated_kernels() as count:
-        opt = torch.compile(fn, mode=mode, **compile_options)
+    with ti.fresh_inductor_cache(), ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
+            ti.count_generated_kernels() as count:
+        opt = ti.compile_fresh(fn, mode=mode, **compile_options)
         if keep_code:
             _, sources = ti.run_and_get_code(opt, *example_inputs)
             code = "\n\n".join(sources)

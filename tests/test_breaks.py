@@ -53,11 +53,12 @@ def test_fixed_twin_is_one_graph(broken, fixed, cause):
 def test_fullgraph_check_rejects_broken_model(broken, fixed, cause):
     """Every model that graph_break_report says breaks must fail fullgraph_check.
 
-    KNOWN FAILURE (grader bug) for scalar_read and dynamic_shape_op on torch 2.14: with
-    ``fullgraph=True`` Dynamo turns on capture_scalar_outputs / capture_dynamic_output_shape_ops
+    Regression (scalar_read and dynamic_shape_op on torch 2.14): with ``fullgraph=True`` Dynamo
+    turns on capture_scalar_outputs / capture_dynamic_output_shape_ops
     (torch/_dynamo/output_graph.py: "allow capture scalar outputs and
     allow_dynamic_output_shape_ops when fullgraph=True"), so ``.item()`` and ``x[x > 0]`` compile
-    as one graph there while a plain ``torch.compile`` breaks on them.
+    as one graph there while a plain ``torch.compile`` breaks on them; fullgraph_check therefore
+    runs the graph-break report first and fails on any break it finds.
     """
     result = fullgraph_check(broken(), models.example_input())
     assert not result.ok
@@ -113,10 +114,10 @@ def test_report_is_quiet_on_stderr(capfd):
 def test_report_survives_reruns_of_the_same_model():
     """A learner re-running a notebook cell reports the same break every time.
 
-    KNOWN FAILURE (grader bug): each report compiles with a new ExplainWithBackend, which fails
-    Dynamo's backend guard and counts as a recompile of the same code object; after
-    ``recompile_limit`` (8) runs Dynamo silently runs eagerly and the report says
-    "0 graphs ... compiles as one graph" (ok=True).
+    Regression: each report compiles with a new ExplainWithBackend, which fails Dynamo's backend
+    guard; when every report compiled the same code object, that counted as a recompile, and
+    after ``recompile_limit`` (8) runs Dynamo silently ran eagerly and the report said
+    "0 graphs ... compiles as one graph" (ok=True). Reports now compile a fresh copy.
     """
     model, x = models.ItemRead(), models.example_input()
     for run in range(torch._dynamo.config.recompile_limit + 2):
@@ -126,14 +127,56 @@ def test_report_survives_reruns_of_the_same_model():
 
 
 def test_fullgraph_check_not_fooled_by_an_earlier_compile():
-    """KNOWN FAILURE (grader bug): after the learner ran ``torch.compile(m, backend="eager")(x)``,
-    fullgraph_check(m, x) hits that cache entry (same backend, guards pass), compiles nothing
-    and says ok."""
+    """Regression: after the learner ran ``torch.compile(m, backend="eager")(x)``,
+    fullgraph_check(m, x) used to hit that cache entry (same backend, guards pass), compile
+    nothing and say ok."""
     model, x = models.BranchOnValue(), models.example_input()
     torch.compile(model, backend="eager")(x)
     result = fullgraph_check(model, x)
     assert not result.ok
     assert "data_dependent_branch" in result.report.causes
+
+
+def test_report_on_a_wrapper_survives_reruns_and_leaves_the_model_compilable(counting_backend):
+    """How the fresh-process worker calls it: a wrapper (``no_grad``) around the learner's model.
+    The model's ``forward`` is compiled as a frame of its own after the break; repeated reports
+    must neither go stale nor use up the recompile limit of the learner's own compile."""
+    model, x = models.ItemRead(), models.example_input()
+
+    def wrapper(t):
+        with torch.no_grad():
+            return model(t)
+
+    first = graph_break_report(wrapper, x)
+    assert first.causes == ["scalar_read"]
+    for run in range(torch._dynamo.config.recompile_limit + 1):
+        report = graph_break_report(wrapper, x)
+        assert report.causes == ["scalar_read"], f"run {run + 2}: {report}"
+        assert report.graph_count == first.graph_count
+        assert not fullgraph_check(wrapper, x).ok
+    torch.compile(model, backend=counting_backend)(x)
+    assert counting_backend.frame_count >= 1, "the learner's compile ran eagerly (limit used up)"
+
+
+def test_report_on_a_compiled_model_or_function():
+    x = models.example_input()
+    assert graph_break_report(torch.compile(models.ItemRead()), x).causes == ["scalar_read"]
+    assert not fullgraph_check(torch.compile(models.BranchOnValue(), backend="eager"), x).ok
+
+
+def test_empty_report_says_there_was_nothing_to_compile():
+    report = graph_break_report(lambda t: t, torch.randn(2))
+    assert report.ok and report.graph_count == 0
+    text = str(report)
+    assert text.startswith("0 graphs, 0 graph breaks")
+    assert "no tensor operations" in text and "one graph" not in text
+    assert fullgraph_check(lambda t: t, torch.randn(2)).ok
+
+
+def test_fullgraph_error_names_the_break():
+    result = fullgraph_check(models.ItemRead(), models.example_input())
+    lineno, _ = models.break_line("scalar_read")
+    assert f"models.py, line {lineno}" in result.error and "item()" in result.error
 
 
 def test_fullgraph_check_when_function_raises():

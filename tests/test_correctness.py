@@ -108,8 +108,8 @@ def test_raising_candidate_rejected():
 
 def test_in_place_mutation_of_inputs_rejected():
     """A candidate that overwrites its inputs gives the right output but destroys the caller's
-    tensors. KNOWN FAILURE (grader gap): check_outputs builds inputs twice so the reference is
-    safe, but never checks that the candidate left its inputs as they were."""
+    tensors. check_outputs builds inputs twice so the reference is safe, and checks that the
+    candidate left its inputs as they were."""
 
     def mutating(x, y):
         return x.mul_(y).add_(1)
@@ -117,6 +117,30 @@ def test_in_place_mutation_of_inputs_rejected():
     report = check(mutating)
     assert not report.ok
     assert any(w in " ".join(report.failures).lower() for w in ("in place", "in-place", "modif", "mutat"))
+
+
+def test_in_place_mutation_names_the_input_and_shows_once():
+    def mutating(x, y):
+        out = x * y + 1
+        y.zero_()
+        return out
+
+    report = check(mutating, n=3)
+    assert not report.ok and len(report.failures) == 3      # one entry per input checked
+    assert all("input 1" in f and "in place" in f for f in report.failures)
+    assert "input 0" not in report.failures[0]
+    text = str(report)
+    assert text.count("in place") == 1 and "(on 3 of 3 inputs)" in text
+    assert text.startswith("the outputs match the reference, but")
+
+
+def test_mutation_the_reference_does_too_is_allowed():
+    def ref(x, y):
+        return x.add_(y)
+
+    assert check(lambda x, y: x.add_(y), ref=ref).ok
+    report = check(lambda x, y: x + y, ref=ref)   # right output, inputs left alone: still ok
+    assert report.ok
 
 
 def test_seeds_are_fresh_between_calls():
@@ -210,8 +234,17 @@ def test_compare_output_directly():
 
 
 def test_compare_output_tensor_against_python_number():
-    """KNOWN FAILURE (grader bug): a reference that returns a Python number and a candidate that
-    returns a tensor of several elements crash compare_output (``bool`` of a tensor) instead of
-    giving a message."""
+    """Regression: a reference that returns a Python number and a candidate that returns a
+    tensor of several elements crashed compare_output (``bool`` of a tensor) instead of giving a
+    message."""
     msg = compare_output(torch.tensor([1.0, 2.0]), 3.0)
     assert isinstance(msg, str) and "expected 3.0" in msg
+
+
+def test_compare_output_other_python_values():
+    assert "is a Tensor of shape (), expected 3" in compare_output(torch.tensor(3.0), 3)
+    assert compare_output({"a": torch.ones(2)}, {"a": torch.ones(2)}) is None
+    assert compare_output({"a": torch.zeros(2)}, {"a": torch.ones(2)}).startswith("output['a'] differs")
+    assert "dict with keys 'a'" in compare_output(torch.ones(2), {"a": torch.ones(2)})
+    import numpy as np
+    assert compare_output(np.ones(2), np.zeros(2)) is not None      # no crash on arrays

@@ -22,10 +22,10 @@ def two_chains_around_a_matmul(x, w):
 def test_pointwise_chain_is_one_kernel_even_when_run_twice(capfd):
     """The second report must count again, not reuse a compiled graph.
 
-    KNOWN FAILURE (grader bug) on the second call: fusion_report uses a fresh Inductor cache but
-    ``torch.compile(fn)`` on the same function hits Dynamo's own cache (the code object's
-    cache entry; the default Inductor backend compares equal), so nothing is compiled and the
-    second report says 0 kernels.
+    Regression on the second call: fusion_report uses a fresh Inductor cache, but
+    ``torch.compile(fn)`` on the same function used to hit Dynamo's own cache (the code
+    object's cache entry; the default Inductor backend compares equal), so nothing was compiled
+    and the second report said 0 kernels. It now compiles a fresh copy of ``fn``.
     """
     x = torch.randn(8, 8)
     first = fusion_report(pointwise_chain, x)

@@ -77,9 +77,9 @@ def test_hit_limit_when_more_variants_than_the_limit():
 
 
 def test_hit_limit_report_remembers_the_limit_it_ran_under():
-    """KNOWN FAILURE (minor grader bug): RecompileReport.__str__ reads the recompile limit when it
-    is printed, not when the check ran; printed after the ``set_recompile_limit`` block it says
-    "(8)" although the limit that was hit was 2."""
+    """Regression: RecompileReport.__str__ read the recompile limit when it was printed, not
+    when the check ran; printed after the ``set_recompile_limit`` block it said "(8)" although
+    the limit that was hit was 2."""
     dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32]
     with ti.set_recompile_limit(2):
         report = recompile_check(models.pointwise, models.dtype_inputs(dtypes), max_compiles=10)
@@ -87,10 +87,10 @@ def test_hit_limit_report_remembers_the_limit_it_ran_under():
 
 
 def test_no_false_hit_limit_below_the_limit():
-    """KNOWN FAILURE (grader bug): hit_limit compares the number of guard-failure *messages*
-    with the limit, but Dynamo records one message per cache entry tried, so k recompiles give
-    k(k+1)/2 messages. Five dtypes and one repeated call (5 compiles, limit 8) report
-    hit_limit=True and ok=False."""
+    """Regression: hit_limit compared the number of guard-failure *messages* with the limit, but
+    Dynamo records one message per cache entry tried, so k recompiles give k(k+1)/2 messages.
+    Five dtypes and one repeated call (5 compiles, limit 8) reported hit_limit=True and
+    ok=False."""
     dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
               torch.float32]
     report = recompile_check(models.pointwise, models.dtype_inputs(dtypes), max_compiles=10)
@@ -98,6 +98,29 @@ def test_no_false_hit_limit_below_the_limit():
     assert ti.recompile_limit() == 8
     assert not report.hit_limit
     assert report.ok
+
+
+def test_repeated_checks_are_independent():
+    """Neither an earlier check nor the learner's own compile of the same function changes the
+    answer: no cache hits, no recompile limit used up, no automatic-dynamic history."""
+    sizes = models.batches(range(1, 9))
+    model = models.SmallMLP()
+    learner = torch.compile(model, backend="eager")
+    for args in sizes:
+        learner(*args)               # the learner's compile has seen every size already
+    for _ in range(3):
+        report = recompile_check(model, sizes)
+        assert report.compiles == 2 and report.compiling_calls == [0, 1], report
+        assert len(report.reasons) == 1 and not report.hit_limit
+    dtypes = models.dtype_inputs([torch.float32, torch.float64])
+    for _ in range(ti.recompile_limit() + 1):
+        assert recompile_check(models.pointwise, dtypes, max_compiles=2).compiles == 2
+
+
+def test_report_remembers_the_limit_when_not_hit():
+    with ti.set_recompile_limit(3):
+        report = recompile_check(models.pointwise, models.dtype_inputs([torch.float32]))
+    assert report.recompile_limit == 3 and not report.hit_limit
 
 
 # Guard-failure messages as torch 2.14 records them.
@@ -126,10 +149,10 @@ def test_explain_guard_failure(message, words):
 
 
 def test_explain_guard_failure_names_with_quotes():
-    """KNOWN FAILURE (grader bug): the name pattern ``'(?P<name>[^']+)'`` stops at the first
-    quote, so a tensor inside a dict (torch 2.14 writes ``tensor 'd['a']'``) or the
-    ``L['x']`` / ``L['self']._modules[...]`` names that older torch (2.6, which the grader claims
-    to support) writes are not explained at all: the raw text comes back."""
+    """Regression: the name pattern ``'(?P<name>[^']+)'`` stopped at the first quote, so a
+    tensor inside a dict (torch 2.14 writes ``tensor 'd['a']'``) or the ``L['x']`` /
+    ``L['self']._modules[...]`` names that older torch (2.6, which the grader claims to support)
+    writes were not explained at all: the raw text came back."""
     real = "0/0: tensor 'd['a']' size mismatch at index 0. expected 3, actual 4"  # torch 2.14
     assert "dimension 0 of `d['a']` changed from 3 to 4" in explain_guard_failure(real)
     old = "0/0: tensor 'L['x']' size mismatch at index 1. expected 8, actual 16"
@@ -140,7 +163,7 @@ def test_explain_guard_failure_names_with_quotes():
 
 
 def test_dict_input_recompile_is_explained():
-    """KNOWN FAILURE (same bug as above, end to end)."""
+    """The same regression as above, end to end."""
 
     def from_dict(d):
         return d["a"] * 2
@@ -152,8 +175,8 @@ def test_dict_input_recompile_is_explained():
 
 
 def test_mark_dynamic_hint_names_the_tensor():
-    """KNOWN FAILURE (minor grader bug): the hint always says ``mark_dynamic(x, 0)`` whatever
-    the tensor is called (here ``xs[0]``)."""
+    """Regression: the hint always said ``mark_dynamic(x, 0)`` whatever the tensor is called
+    (here ``xs[0]``)."""
 
     def first_plus_second(xs):
         return xs[0] + xs[1]
@@ -169,9 +192,8 @@ def test_explain_guard_failure_unknown_text_passes_through():
 
 
 def test_python_value_change_is_explained_in_one_line():
-    """KNOWN FAILURE (minor grader bug): for a changed Python value (``n == 2``) the explanation
-    embeds Dynamo's raw guard text: 50 spaces of padding, the source comment and a
-    "User stack trace:" block."""
+    """Regression: for a changed Python value (``n == 2``) the explanation embedded Dynamo's raw
+    guard text: 50 spaces of padding, the source comment and a "User stack trace:" block."""
 
     def scaled(x, n):
         return x * n
@@ -182,3 +204,4 @@ def test_python_value_change_is_explained_in_one_line():
     assert "n == 2" in report.raw_reasons[0]
     assert "`n`" in reason or "n == 2" in reason
     assert "\n" not in reason and "User stack trace" not in reason, reason
+    assert "  " not in reason and "#" not in reason, reason

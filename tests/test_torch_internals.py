@@ -205,3 +205,130 @@ def test_is_compiling():
 
     torch.compile(f, backend="eager", fullgraph=True)(torch.zeros(2))
     assert seen and seen[0] is True
+
+
+# --- compiling without sharing Dynamo's caches ----------------------------------------------------
+
+def test_fresh_copy_of_a_function_has_code_dynamo_has_not_seen(counting_backend):
+    def f(x, k=2):
+        return x * k
+
+    copy_ = ti.fresh_copy(f)
+    assert copy_ is not f and copy_.__code__ is not f.__code__
+    assert copy_.__code__ != f.__code__          # not even equal: Dynamo keys some records by ==
+    assert copy_.__code__.co_filename == f.__code__.co_filename
+    assert copy_.__code__.co_firstlineno == f.__code__.co_firstlineno
+    assert copy_.__name__ == "f" and copy_.__qualname__ == f.__qualname__
+    x = torch.randn(3)
+    assert torch.equal(copy_(x), f(x)) and torch.equal(copy_(x, k=3), f(x, k=3))
+
+    opt = torch.compile(f, backend=counting_backend)
+    opt(x)
+    assert counting_backend.frame_count == 1
+    torch.compile(ti.fresh_copy(f), backend=counting_backend)(x)   # not a cache hit
+    assert counting_backend.frame_count == 2
+    opt(x)                                                          # f's own entry is intact
+    assert counting_backend.frame_count == 2
+
+
+def test_fresh_copy_of_modules_and_other_callables():
+    import functools
+
+    model, x = models.SmallMLP(), torch.randn(2, 8)
+    copy_ = ti.fresh_copy(model)
+    assert isinstance(copy_, models.SmallMLP) and copy_ is not model
+    assert copy_.fc is model.fc and copy_.fc.weight is model.fc.weight   # shallow: same weights
+    assert copy_.forward.__func__.__code__ is not models.SmallMLP.forward.__code__
+    assert "forward" not in vars(model)                                  # the original is untouched
+    torch.testing.assert_close(copy_(x), model(x))
+    # an already compiled module or function is unwrapped
+    unwrapped = ti.fresh_copy(torch.compile(model, backend="eager"))
+    assert isinstance(unwrapped, models.SmallMLP)
+    assert ti.fresh_copy(torch.compile(models.pointwise)).__code__.co_name == "pointwise"
+    # a forward set on the instance: a plain function, or another module's bound method
+    other = models.SmallMLP()
+    model.forward = lambda t: t + 1
+    torch.testing.assert_close(ti.fresh_copy(model)(x), x + 1)
+    model.forward = other.forward
+    torch.testing.assert_close(ti.fresh_copy(model)(x), other(x))
+    # partials, bound methods and callable objects
+    part = ti.fresh_copy(functools.partial(torch.add, alpha=2))
+    torch.testing.assert_close(part(x, x), x * 3)
+
+    class Scale:
+        def __call__(self, t):
+            return t * 5
+
+    torch.testing.assert_close(ti.fresh_copy(Scale())(x), x * 5)
+    torch.testing.assert_close(ti.fresh_copy(other.forward)(x), other(x))
+
+
+def test_compile_fresh_reports_do_not_use_up_the_learners_recompile_limit(counting_backend):
+    """A wrapper calling a module that breaks: the module's forward is compiled as its own
+    frame. Many compiles with new backends must not leave the learner's own compile of the
+    module running eagerly (recompile limit hit)."""
+    model, x = models.ItemRead(), models.example_input()
+
+    def wrapper(t):
+        return model(t)
+
+    for _ in range(ti.recompile_limit() + 2):
+        ti.compile_fresh(wrapper, backend=ti.explain_backend())(x)
+    torch.compile(model, backend=counting_backend)(x)
+    assert counting_backend.frame_count >= 1
+
+
+def test_own_automatic_dynamic_state(counting_backend):
+    def f(x):
+        return x * 2
+
+    learner = torch.compile(f, backend="eager")
+    learner(torch.zeros(1))
+    learner(torch.zeros(2))          # size 2 after size 1: dimension 0 is now dynamic for `f`
+
+    def compiles_for(sizes):
+        from torch._dynamo.testing import CompileCounter
+
+        cc = CompileCounter()
+        opt = torch.compile(ti.fresh_copy(f), backend=cc)
+        for n in sizes:
+            opt(torch.zeros(n))
+        return cc.frame_count
+
+    assert compiles_for([3, 4]) == 1          # what the process learnt carries over ...
+    with ti.own_automatic_dynamic_state():
+        assert compiles_for([3, 4]) == 2      # ... but not into the block
+    assert compiles_for([5, 6]) == 1          # and it is back afterwards
+
+
+def test_capture_recompile_limit_hits(capfd):
+    def f(x):
+        return x + 1
+
+    with ti.set_recompile_limit(2), ti.capture_recompile_limit_hits() as hits:
+        opt = torch.compile(ti.fresh_copy(f), backend="eager", dynamic=False)
+        for n in range(1, 6):
+            opt(torch.zeros(n))
+    assert hits and hits[0] == ("recompile_limit", 2)
+    assert capfd.readouterr().err == ""
+    with ti.capture_recompile_limit_hits() as hits:
+        torch.compile(ti.fresh_copy(f), backend="eager")(torch.zeros(3))
+    assert hits == []
+
+
+def test_guard_failures_forget():
+    def f(x):
+        return x * 2
+
+    opt = torch.compile(f, backend="eager")
+    opt(torch.zeros(2))
+    opt(torch.zeros(2, dtype=torch.float64))
+    assert len(ti.guard_failures_for(f.__code__, forget=True)) == 1
+    assert ti.guard_failures_for(f.__code__) == []
+
+
+def test_explain_backend_counts_graphs():
+    backend = ti.explain_backend()
+    torch.compile(ti.fresh_copy(_breaks_once), backend=backend)(torch.randn(3))
+    out = backend.output()
+    assert out.graph_count == 2 and out.op_count == 2
