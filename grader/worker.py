@@ -204,41 +204,65 @@ def run_checks(spec: dict) -> dict:
     fresh_inputs = [problem.make_inputs(seeded_generator(s), device) for s in seeds[-3:]]
 
     res = result["checks"]
+
+    def correctness_check() -> dict:
+        rep = correctness.check_outputs(
+            learner_eager, base_eager,
+            lambda s: problem.make_inputs(seeded_generator(s), device), seeds=seeds[-3:])
+        return {"ok": rep.ok, "message": str(rep)}
+
+    def fullgraph_check() -> dict:
+        fg = breaks.fullgraph_check(learner_eager, *fresh_inputs[0])
+        return {"ok": fg.ok, "message": str(fg), "breaks": _breaks_dict(fg.report)}
+
+    def breaks_check() -> dict:
+        rep = breaks.graph_break_report(learner_eager, *fresh_inputs[0])
+        return {"ok": rep.ok, "graph_count": rep.graph_count, "message": str(rep),
+                "breaks": _breaks_dict(rep)}
+
+    def recompiles_check() -> dict:
+        rep = recompiles.recompile_check(learner_eager, problem.recompile_inputs(device),
+                                         max_compiles=problem.max_compiles,
+                                         **{k: v for k, v in compile_kwargs.items() if k == "dynamic"})
+        return {"ok": rep.ok, "compiles": rep.compiles, "message": str(rep)}
+
+    def fusion_check() -> dict:
+        rep = fusion.fusion_report(learner_eager, *fresh_inputs[0], **compile_kwargs)
+        ok = problem.max_kernels is None or rep.kernels <= problem.max_kernels
+        return {"ok": ok, "kernels": rep.kernels, "max_kernels": problem.max_kernels,
+                "message": f"{rep} (allowed: at most {problem.max_kernels})"}
+
+    def speed_check() -> dict:
+        if not res.get("correctness", {"ok": True})["ok"]:
+            return {"ok": False, "verdict": "fail",
+                    "message": "speed not measured: the outputs are wrong"}
+        return _speed(problem, spec, learner_model, compile_kwargs, base_timed, reference, pool,
+                      expected, device)
+
+    steps = {"correctness": correctness_check, "fullgraph": fullgraph_check,
+             "breaks": breaks_check, "fusion": fusion_check, "speed": speed_check}
+    if problem.recompile_inputs is not None:
+        steps["recompiles"] = recompiles_check
+    # Fixed order: speed last, because it is only measured for correct outputs.
+    order = ("correctness", "fullgraph", "breaks", "recompiles", "fusion", "speed")
     with ti.quiet_torch_logs():
-        if "correctness" in checks:
-            rep = correctness.check_outputs(
-                learner_eager, base_eager,
-                lambda s: problem.make_inputs(seeded_generator(s), device), seeds=seeds[-3:])
-            res["correctness"] = {"ok": rep.ok, "message": str(rep)}
-        if "fullgraph" in checks:
-            fg = breaks.fullgraph_check(learner_eager, *fresh_inputs[0])
-            res["fullgraph"] = {"ok": fg.ok, "message": str(fg),
-                                "breaks": _breaks_dict(fg.report)}
-        if "breaks" in checks:
-            rep = breaks.graph_break_report(learner_eager, *fresh_inputs[0])
-            res["breaks"] = {"ok": rep.ok, "graph_count": rep.graph_count,
-                             "message": str(rep), "breaks": _breaks_dict(rep)}
-        if "recompiles" in checks and problem.recompile_inputs is not None:
-            rep = recompiles.recompile_check(learner_eager, problem.recompile_inputs(device),
-                                             max_compiles=problem.max_compiles,
-                                             **{k: v for k, v in compile_kwargs.items()
-                                                if k == "dynamic"})
-            res["recompiles"] = {"ok": rep.ok, "compiles": rep.compiles, "message": str(rep)}
-        if "fusion" in checks:
-            rep = fusion.fusion_report(learner_eager, *fresh_inputs[0],
-                                       **compile_kwargs)
-            ok = problem.max_kernels is None or rep.kernels <= problem.max_kernels
-            res["fusion"] = {"ok": ok, "kernels": rep.kernels, "max_kernels": problem.max_kernels,
-                             "message": f"{rep} (allowed: at most {problem.max_kernels})"}
-        if "speed" in checks:
-            if not res.get("correctness", {"ok": True})["ok"]:
-                res["speed"] = {"ok": False, "verdict": "fail",
-                                "message": "speed not measured: the outputs are wrong"}
-            else:
-                res["speed"] = _speed(problem, spec, learner_model, compile_kwargs, base_timed,
-                                      reference, pool, expected, device)
+        for name in order:
+            if name in checks and name in steps:
+                res[name] = _guarded(name, steps[name])
     result["seconds"] = time.monotonic() - started
     return result
+
+
+def _guarded(name: str, check) -> dict:
+    """Run one check; when the learner's code raises inside it (e.g. Dynamo's recompile limit
+    under ``fullgraph=True`` while being timed), that check fails with the reason and the
+    others keep their results."""
+    try:
+        return check()
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return {"ok": False, "verdict": "fail",
+                "message": f"your code raised {type(exc).__name__} during this check: {first}"}
 
 
 def _speed(problem: Problem, spec: dict, learner_model, compile_kwargs: dict, base_timed,

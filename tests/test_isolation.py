@@ -89,6 +89,26 @@ def test_wrong_outputs_fail_correctness_and_are_not_timed():
     assert ev.points("speed", 3) == 0.0
 
 
+def test_code_that_raises_while_timed_fails_speed_and_keeps_the_other_checks():
+    # Like a counter that recompiles on every call under fullgraph=True (Dynamo raises once it
+    # hits the recompile limit): the first calls are right, the timed runs raise. Correctness
+    # keeps its pass; speed fails with the reason.
+    ev = run("""
+    class Fixed(Original):
+        def forward(self, x):
+            self.calls = getattr(self, "calls", 0) + 1
+            if self.calls > 12:
+                raise RuntimeError("too many calls")
+            y = torch.sin(x) * self.scale
+            m = y.abs().max()
+            return torch.cos(y / (m + 1.0)).exp()
+    """, checks=["correctness", "speed"])
+    assert ev.status == "ok", ev.result
+    assert ev.ok("correctness")
+    assert ev.verdict("speed") == "fail"
+    assert "too many calls" in ev.message("speed")
+
+
 def test_wrong_shape_is_reported_plainly():
     ev = run("""
     class Fixed(Original):
