@@ -54,9 +54,11 @@ lab: setup
 release: setup
 	$(PY) -m grader.cli release
 
-# ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once.
+# ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once;
+# REGRADE=1 grades again what is already graded (grades are replaced, never added).
+REGRADE ?=
 grade: setup
-	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS)
+	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade)
 
 bench-grade: setup
 	$(PY) -m grader.bench_grade --out bench-results/bench-grade.md

@@ -81,6 +81,7 @@ class Run:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
     cell_timeout_s: int = 600
     sandbox: str = "auto"
+    regrade: bool = False
     demo: bool = False
     submissions: list[Submission] = dataclasses.field(default_factory=list)
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
@@ -170,7 +171,7 @@ def autograde_all(run: Run) -> None:
     for sub in run.submissions:
         marker = _marker_path(run.course, sub)
         digest = sub.digest()
-        if os.path.exists(marker) and json.load(open(marker)).get("digest") == digest:
+        if not run.regrade and os.path.exists(marker) and json.load(open(marker)).get("digest") == digest:
             prev = json.load(open(marker))
             done.append(Outcome(sub, "skipped", prev.get("reason", ""), prev.get("score", 0.0),
                                 prev.get("max_score", 0.0)))
@@ -482,10 +483,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds allowed per notebook cell (nbgrader's Execute.timeout)")
     parser.add_argument("--sandbox", choices=["auto", "bwrap", "off"], default="auto",
                         help="run learner code under bubblewrap (auto: when installed)")
+    parser.add_argument("--regrade", action="store_true",
+                        help="grade every submission again, even those already graded and "
+                             "unchanged (e.g. after fixing a test); grades are replaced, not added")
     args = parser.parse_args(argv)
     run = grade(args.course, args.assignment, workers=args.workers, timeout_s=args.timeout,
                 memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
-                sandbox=args.sandbox)
+                sandbox=args.sandbox, regrade=args.regrade)
     return exit_status(run)
 
 
