@@ -175,6 +175,9 @@ def autograde_all(run: Run) -> None:
             prev = json.load(open(marker))
             done.append(Outcome(sub, "skipped", prev.get("reason", ""), prev.get("score", 0.0),
                                 prev.get("max_score", 0.0)))
+        elif _unreadable_reason(sub):
+            # Nothing to run: record the zero and the reason at once (no kernel, no sandbox).
+            run.outcomes.append(_merge(run, sub, None, _unreadable_reason(sub), digest))
         else:
             todo.append((sub, digest))
     if done:
