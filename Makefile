@@ -46,7 +46,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=.
