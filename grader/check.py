@@ -42,6 +42,7 @@ class Evaluation:
 
     problem: Problem
     result: dict
+    printed: bool = False  # check() printed it already: displaying it again shows one line
 
     @property
     def status(self) -> str:
@@ -99,7 +100,15 @@ class Evaluation:
             return f"[FAIL] {self.problem.key}: {self.result.get('message', self.status)}"
         return "\n".join(self.line(name) for name in self.result["checks"])
 
-    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
+    def summary(self) -> str:
+        """One line: each check's verdict."""
+        if self.status != "ok":
+            return f"{self.problem.key}: {self.status}"
+        return f"{self.problem.key}: " + ", ".join(
+            f"{name} {self.verdict(name)}" for name in self.result["checks"])
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(f"<{self.summary()}>" if self.printed else str(self))
 
 
 def _indent(text: str) -> str:
@@ -208,4 +217,4 @@ def check(key: str, *objects, **options) -> Evaluation:
         else:
             print("(self-check: speed compared with this device class's shipped floor; the final "
                   "grade measures your speedup against the reference solution)")
-    return evaluation
+    return dataclasses.replace(evaluation, printed=True)
