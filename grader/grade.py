@@ -112,13 +112,11 @@ def _nbgrader(course: str, *args: str, check: bool = True, quiet: bool = True):
 # Steps
 
 def find_submissions(run: Run) -> None:
-    """submitted/STUDENT/ASSIGNMENT/ (nbgrader's layout); LMS zips in downloads/ are collected
-    first. With nothing submitted, switch to the bundled demo cohort."""
-    downloads = os.path.join(run.course, "downloads")
-    if os.path.isdir(downloads):
-        for assignment in run.assignments:
-            if os.path.isdir(os.path.join(downloads, assignment)):
-                _nbgrader(run.course, "zip_collect", assignment, "--force")
+    """submitted/STUDENT/ASSIGNMENT/ (nbgrader's layout); LMS downloads in
+    downloads/ASSIGNMENT/archive/ are collected into it first (:func:`_zip_collect`). With
+    nothing submitted, switch to the bundled demo cohort."""
+    for assignment in run.assignments:
+        _zip_collect(run, assignment)
     subs = _scan(run.course, run.assignments)
     if not subs:
         from .demo import DEMO_CELL_TIMEOUT_S, build_demo_course
@@ -133,6 +131,51 @@ def find_submissions(run: Run) -> None:
     run.submissions = subs
     run.log(f"{len(subs)} submissions: {len({s.student for s in subs})} students, "
             f"{', '.join(sorted({s.assignment for s in subs}))}")
+
+
+ZIP_COLLECT_HELP = ("the file names are matched by c.FileNameCollectorPlugin.named_regexp in "
+                    "nbgrader_config.py (written for Canvas downloads; its comment says how to adapt it)")
+
+
+def _zip_collect(run: Run, assignment: str) -> None:
+    """``nbgrader zip_collect ASSIGNMENT --force`` when downloads/ASSIGNMENT/ exists: the zip
+    files (or loose files) in downloads/ASSIGNMENT/archive/ are extracted to .../extracted/ and
+    each notebook copied to submitted/STUDENT/ASSIGNMENT/, the student taken from the file name.
+
+    nbgrader only warns about a notebook whose name the regexp does not match and leaves it
+    out, so that student would silently get no grade: this stops with the list instead. A
+    failing zip_collect raises RuntimeError with nbgrader's output (:func:`_nbgrader`)."""
+    folder = os.path.join(run.course, "downloads", assignment)
+    if not os.path.isdir(folder):
+        return
+    where = os.path.join("downloads", assignment)
+    stray = sorted(n for n in os.listdir(folder)
+                   if n not in ("archive", "extracted") and not n.startswith("."))
+    if stray:
+        raise RuntimeError(f"{where}/ holds {', '.join(stray[:5])}{' ...' if len(stray) > 5 else ''}: "
+                           f"LMS downloads (zip files or loose files) go in {where}/archive/")
+    archive = os.path.join(folder, "archive")
+    if not any(files for _, _, files in os.walk(archive)):
+        run.log(f"{where}/archive/ is empty: no LMS downloads to collect for {assignment}")
+        return
+    proc = _nbgrader(run.course, "zip_collect", assignment, "--force")
+    output = proc.stdout + proc.stderr
+    skipped = "Skipped submission with no match information provided: "  # the regexp's misses
+    unmatched = [line.split(skipped, 1)[1].strip() for line in output.splitlines() if skipped in line]
+    unmatched = [path for path in unmatched if path.endswith(".ipynb")  # other files: not graded
+                 and not os.path.basename(path).startswith(".") and "__MACOSX" not in path]
+    if unmatched:
+        names = "\n  ".join(os.path.relpath(path, run.course) for path in unmatched)
+        raise RuntimeError(f"nbgrader zip_collect {assignment}: {len(unmatched)} notebook(s) in "
+                           f"{where}/archive/ could not be given to a student, so they would not "
+                           f"be graded:\n  {names}\n{ZIP_COLLECT_HELP}; rename or remove these files "
+                           f"and run again")
+    for line in output.splitlines():
+        if "Invalid submission notebook name" in line:
+            run.log(f"warning: {where}/archive/: {line.split('] ', 1)[-1]} (release/{assignment}/ "
+                    f"has no notebook of that name: check that student's file)")
+    collected = [line.split("] ", 1)[-1] for line in output.splitlines() if "files collected" in line]
+    run.log(f"{where}/archive/: nbgrader zip_collect: {collected[-1] if collected else 'nothing collected'}")
 
 
 def _scan(course: str, assignments: list[str]) -> list[Submission]:
