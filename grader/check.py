@@ -75,6 +75,7 @@ class Evaluation:
     def require(self, name: str) -> None:
         """Raise :class:`CheckFailed` with the learner-facing message unless ``name`` passed.
         An inconclusive speed verdict does not raise: it is reported, not failed."""
+        __tracebackhide__ = True  # IPython and pytest: the learner sees their cell, not ours
         print(self.line(name))
         if self.verdict(name) not in ("pass", "inconclusive"):
             raise CheckFailed(f"{self.problem.key}: {CHECK_TITLES.get(name, name)} failed\n"
