@@ -85,24 +85,32 @@ class _LimitCollector(logging.Handler):
 
 
 @contextlib.contextmanager
+def _only_into(logger_name: str, handler: logging.Handler, level: int) -> Iterator[None]:
+    """Send ``logger_name``'s records at ``level`` to ``handler`` only (not to the console),
+    and restore the logger afterwards."""
+    logger = logging.getLogger(logger_name)
+    saved = (logger.level, logger.propagate, logger.disabled)
+    logger.setLevel(level)
+    logger.propagate = False
+    logger.disabled = False
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate, logger.disabled = saved[1], saved[2]
+
+
+@contextlib.contextmanager
 def capture_recompile_limit_hits() -> Iterator[list]:
     """Collect ``(limit_name, limit)`` each time Dynamo gives up on a frame in the block because
     it hit its recompile limit (``"torch._dynamo hit config.recompile_limit (8)"``); past it,
     Dynamo silently runs the frame eagerly. Nothing is printed.
     """
-    logger = logging.getLogger(_LIMIT_LOGGER)
     collector = _LimitCollector()
-    saved = (logger.level, logger.propagate, logger.disabled)
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False
-    logger.disabled = False
-    logger.addHandler(collector)
-    try:
+    with _only_into(_LIMIT_LOGGER, collector, logging.WARNING):
         yield collector.hits
-    finally:
-        logger.removeHandler(collector)
-        logger.setLevel(saved[0])
-        logger.propagate, logger.disabled = saved[1], saved[2]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,19 +349,9 @@ def capture_graph_breaks() -> Iterator[list]:
     sees every break, also those that end an empty graph, which ``explain``'s list misses.
     Nothing is printed.
     """
-    logger = logging.getLogger(_GRAPH_BREAK_LOGGER)
     collector = _BreakCollector()
-    saved = (logger.level, logger.propagate, logger.disabled)
-    logger.setLevel(logging.DEBUG)
-    logger.propagate = False
-    logger.disabled = False
-    logger.addHandler(collector)
-    try:
+    with _only_into(_GRAPH_BREAK_LOGGER, collector, logging.DEBUG):
         yield collector.records
-    finally:
-        logger.removeHandler(collector)
-        logger.setLevel(saved[0])
-        logger.propagate, logger.disabled = saved[1], saved[2]
 
 
 def is_compiling() -> bool:
