@@ -6,23 +6,36 @@ In-process checks (for chapters and exploring)::
     from grader import graph_break_report, fullgraph_check, recompile_check, fusion_report
     from grader import check_outputs, compare, judge_speed, SpeedTarget
 
-Grading a learner's solution in a fresh process (problem sets, self-check)::
+Checking a solution to a problem set in a fresh process (what a problem set's self-check cell
+runs; ``FixedModel`` is the learner's class)::
 
-    from grader import check
+    from grader.problems.ps1 import *
     check("ps1.q1", FixedModel)
-"""
-from .breaks import FullgraphResult, GraphBreakReport, fullgraph_check, graph_break_report
-from .correctness import CorrectnessReport, check_outputs, compare_output
-from .fusion import FusionReport, fusion_report
-from .recompiles import RecompileReport, recompile_check
-from .targets import SpeedTarget, SpeedVerdict, default_device, device_class, judge_speed
-from .timing import Comparison, Estimate, compare, time_first_call, time_per_call
 
-__all__ = [
-    "FullgraphResult", "GraphBreakReport", "fullgraph_check", "graph_break_report",
-    "CorrectnessReport", "check_outputs", "compare_output",
-    "FusionReport", "fusion_report",
-    "RecompileReport", "recompile_check",
-    "SpeedTarget", "SpeedVerdict", "default_device", "device_class", "judge_speed",
-    "Comparison", "Estimate", "compare", "time_first_call", "time_per_call",
-]
+The names below are imported on first use, so that ``import grader.sandbox`` (which the
+sandbox probe runs) does not import torch.
+"""
+import importlib
+
+_EXPORTS = {
+    "breaks": ["FullgraphResult", "GraphBreakReport", "fullgraph_check", "graph_break_report"],
+    "correctness": ["CorrectnessReport", "check_outputs", "compare_output"],
+    "fusion": ["FusionReport", "fusion_report"],
+    "recompiles": ["RecompileReport", "recompile_check"],
+    "targets": ["SpeedTarget", "SpeedVerdict", "default_device", "device_class", "judge_speed"],
+    "timing": ["Comparison", "Estimate", "compare", "time_first_call", "time_per_call"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'grader' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -357,3 +357,35 @@ def capture_graph_breaks() -> Iterator[list]:
 def is_compiling() -> bool:
     fn = getattr(torch.compiler, "is_compiling", None)
     return bool(fn()) if fn else False
+
+
+def compiler_config_values() -> dict[str, str]:
+    """Every setting of Dynamo's and Inductor's configs, as ``{"torch._dynamo.config.NAME":
+    repr(value)}``: what the worker compares before and after learner code runs."""
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    values = {}
+    for prefix, cfg in (("torch._dynamo.config", dynamo_config),
+                        ("torch._inductor.config", inductor_config)):
+        for name, value in cfg.get_config_copy().items():
+            values[f"{prefix}.{name}"] = repr(value)
+    return values
+
+
+def is_graph_break_error(exc: BaseException) -> bool:
+    """Did ``torch.compile(..., fullgraph=True)`` stop at a graph break (Dynamo's ``Unsupported``
+    or ``UserError``)?"""
+    from torch._dynamo import exc as dynamo_exc
+
+    kinds = tuple(k for k in (getattr(dynamo_exc, "Unsupported", None),
+                              getattr(dynamo_exc, "UserError", None)) if k)
+    return isinstance(exc, kinds)
+
+
+def install_dynamo_hooks() -> None:
+    """Let Dynamo make the changes it makes on its first compile in a process (it replaces
+    ``nn.Module.__init__`` and ``__setstate__`` to tag modules), so that a snapshot taken after
+    this call does not mistake them for the learner's."""
+    with quiet_torch_logs():
+        torch.compile(torch.nn.Identity(), backend="eager")(torch.zeros(1))

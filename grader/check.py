@@ -1,13 +1,21 @@
 """Check a learner's solution to a problem: the API that test cells and self-check call.
 
->>> from grader.check import check
->>> check("ps1.q1", FixedModel)           # prints a verdict per check, with hints
+>>> from grader.problems.ps1 import *
+>>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
+>>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 
-Everything is measured in a fresh process (:mod:`grader.worker` via :mod:`grader.isolate`) from
-the *source* of the cell that defined ``FixedModel``, not from the object in this kernel.
-Where the course's ``source/`` folder is at hand (the instructor's autograde), the reference
-solution is measured in the same run; elsewhere (a student's machine, Colab) the shipped
-per-device floors are used, and the verdict says so.
+Everything is measured in a fresh, sandboxed process (:mod:`grader.worker` via
+:mod:`grader.isolate`) from the *source* of the cell that defined ``FixedModel``, after a static
+check of that source (:mod:`grader.static_check`), and the result is verified in this process
+(:mod:`grader.verify`). Where the course's ``source/`` folder is at hand (an instructor's
+machine), the reference solution is measured in the same run; elsewhere (a student's machine,
+Colab) the shipped per-device floors are used, and the verdict says so.
+
+During ``make grade`` the points are not decided here: the grading pipeline
+(:mod:`grader.pipeline`) measures every problem of a submission in a process that never runs
+learner code and scores each test cell from the problem set's ``TEST_CELLS``. The notebook's
+kernel then only *shows* those results: ``COURSE_PIPELINE_RESULTS`` names the file, and
+:func:`evaluate` and :func:`run_test` read it instead of measuring again.
 """
 from __future__ import annotations
 
@@ -17,9 +25,10 @@ import json
 import os
 from typing import Iterable
 
-from .problems import Problem, get_problem
+from .problems import Problem, TestCell, get_problem, test_cells
 from .source import Cell, cells_defining, solution_cells
 
+PIPELINE_RESULTS_ENV = "COURSE_PIPELINE_RESULTS"
 _RESULTS: dict[str, "Evaluation"] = {}
 
 CHECK_TITLES = {
@@ -38,7 +47,7 @@ class CheckFailed(AssertionError):
 
 @dataclasses.dataclass
 class Evaluation:
-    """The worker's result for one problem, with learner-facing messages."""
+    """The (verified) worker result for one problem, with learner-facing messages."""
 
     problem: Problem
     result: dict
@@ -68,7 +77,7 @@ class Evaluation:
         out = self.outcome(name)
         text = out.get("message", "")
         hint = self.problem.hints.get(name)
-        if not out.get("ok") and hint and out.get("verdict") != "inconclusive":
+        if not out.get("ok") and hint and out.get("verdict") != "inconclusive" and self.status == "ok":
             text += f"\nhint: {hint}"
         return text
 
@@ -78,18 +87,15 @@ class Evaluation:
         __tracebackhide__ = True  # IPython and pytest: the learner sees their cell, not ours
         print(self.line(name))
         if self.verdict(name) not in ("pass", "inconclusive"):
-            raise CheckFailed(f"{self.problem.key}: {CHECK_TITLES.get(name, name)} failed\n"
-                              f"{self.message(name)}")
+            raise CheckFailed(self.failure(name))
+
+    def failure(self, name: str) -> str:
+        return f"{self.problem.key}: {CHECK_TITLES.get(name, name)} failed\n{self.message(name)}"
 
     def points(self, name: str, max_points: float, inconclusive_credit: float = 1.0) -> float:
         """nbgrader partial credit: full for pass, ``inconclusive_credit`` x for inconclusive."""
         print(self.line(name))
-        verdict = self.verdict(name)
-        if verdict == "pass":
-            return float(max_points)
-        if verdict == "inconclusive":
-            return float(max_points) * inconclusive_credit
-        return 0.0
+        return credit(self.verdict(name), max_points, inconclusive_credit)
 
     def line(self, name: str) -> str:
         verdict = self.verdict(name).upper()
@@ -114,6 +120,66 @@ class Evaluation:
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
+
+
+def credit(verdict: str, max_points: float, inconclusive_credit: float = 1.0) -> float:
+    if verdict == "pass":
+        return float(max_points)
+    if verdict == "inconclusive":
+        return float(max_points) * inconclusive_credit
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring a test cell (shared by the notebook and the grading pipeline)
+
+@dataclasses.dataclass
+class CellScore:
+    """What a test cell earns from its problems' results, and the text it shows."""
+
+    grade_id: str
+    points: float
+    max_points: float
+    partial: bool            # the cell's value is its points (nbgrader partial credit)
+    text: str                # every verdict the cell depends on, with messages and hints
+    failure: str = ""        # why it earned nothing, when it did not pass outright
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CellScore":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+
+def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
+    """Points of ``cell`` from the evaluations of its problems (key -> Evaluation)."""
+    lines, failure, shown = [], "", set()
+    for key, name in cell.checks:
+        ev = evaluations[key]
+        if ev.status != "ok":
+            if key not in shown:
+                shown.add(key)
+                lines.append(str(ev))
+        elif (key, name) not in shown:
+            shown.add((key, name))
+            lines.append(ev.line(name))
+    met = True
+    for key, name in cell.requires:
+        ev = evaluations[key]
+        if ev.verdict(name) not in ("pass", "inconclusive"):
+            met = False
+            failure = failure or ev.failure(name)
+    if cell.scored:
+        key, name = cell.scored
+        points = credit(evaluations[key].verdict(name), cell.points, cell.inconclusive_credit) \
+            if met else 0.0
+        if not failure and points < cell.points:
+            failure = evaluations[key].failure(name)
+    else:
+        points = float(cell.points) if met else 0.0
+    return CellScore(cell.grade_id, points, float(cell.points), cell.scored is not None,
+                     "\n".join(lines), failure)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,6 +217,26 @@ def reference_cells(problem: Problem, course_root: str | None = None) -> list[Ce
 
 
 # ---------------------------------------------------------------------------------------------
+# The results of `make grade`, shown in the notebook instead of measuring again
+
+def _pipeline_results() -> dict | None:
+    path = os.environ.get(PIPELINE_RESULTS_ENV)
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {"problems": {}, "cells": {}}
+
+
+def _from_pipeline(problem: Problem, results: dict) -> Evaluation:
+    result = results.get("problems", {}).get(problem.key) or {
+        "status": "grader_error", "message": "the grading pipeline has no result for this problem"}
+    return Evaluation(problem, result)
+
+
+# ---------------------------------------------------------------------------------------------
 # Public API
 
 def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference: str = "auto",
@@ -163,49 +249,45 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
     (self-check floors only). Results are cached in this process by the learner's source, so
     several test cells share one measurement. ``checks`` limits which of the problem's checks
-    run (default: all).
+    run (default: all). ``sandbox``: 'auto', 'bwrap' (required) or 'off' (see
+    :func:`grader.sandbox.probe`).
     """
-    from . import isolate
-    from .targets import default_device
+    from . import isolate, static_check, verify
+    from .targets import default_device, device_class
 
     problem = get_problem(key, problem_module)
+    if cells is None and problem_module is None and (shown := _pipeline_results()) is not None:
+        return _from_pipeline(problem, shown)
     learner = list(cells) if cells is not None else cells_defining(*objects)
-    ref = reference_cells(problem, course_root) if reference == "auto" else None
+    checks = list(checks) if checks is not None else None
+    refusals = static_check.check_cells(learner, problem.allowed_config)
+    if refusals:
+        return Evaluation(problem, {"status": "refused", "problem": key,
+                                    "message": static_check.describe(refusals)})
+    timed = "speed" in problem.checks and (checks is None or "speed" in checks)
+    ref = reference_cells(problem, course_root) if reference == "auto" and timed else None
+    device = device or default_device()
     spec = {
         "problem": key, "problem_module": problem_module,
         "learner_cells": [c.to_dict() for c in learner],
         "reference_cells": [c.to_dict() for c in ref] if ref else None,
-        "device": device or default_device(), "budget_s": budget_s,
+        "device": device, "budget_s": budget_s,
     }
     if checks is not None:
-        spec["checks"] = list(checks)
+        spec["checks"] = checks
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
     if digest in _RESULTS:
         return _RESULTS[digest]
-    extra = [course_root or find_course_root() or os.getcwd()]
-    result = isolate.run_worker({**spec, "extra_path": extra},
-                                timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
-                                sandbox=sandbox, warn=False)
+    raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
+                             sandbox_mode=sandbox)
+    result = raw if raw.get("status") in ("timeout", "crashed", "rejected") else verify.verify(
+        problem, raw, checks=checks, with_reference=ref is not None,
+        device_class=device_class(device))
+    result["sandbox"] = raw.get("sandbox")
     evaluation = Evaluation(problem, result)
-    _log_for_report(key, result)
-    if result.get("status") in ("ok", "learner_error", "tampered"):
+    if result.get("status") in ("ok", "learner_error", "tampered", "refused"):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
-
-
-def _log_for_report(key: str, result: dict) -> None:
-    """During ``make grade`` (``COURSE_GRADE_LOG`` set) keep each result for the cohort report."""
-    path = os.environ.get("COURSE_GRADE_LOG")
-    if not path:
-        return
-    slim = {"problem": key, "status": result.get("status"), "message": result.get("message", ""),
-            "checks": {name: {k: v for k, v in out.items() if k != "message"}
-                       for name, out in result.get("checks", {}).items()}}
-    try:
-        with open(path, "a") as fh:
-            fh.write(json.dumps(slim, default=str) + "\n")
-    except OSError:
-        pass
 
 
 def check(key: str, *objects, **options) -> Evaluation:
@@ -216,6 +298,44 @@ def check(key: str, *objects, **options) -> Evaluation:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")
         else:
-            print("(self-check: speed compared with this device class's shipped floor; the final "
-                  "grade measures your speedup against the reference solution)")
+            from .targets import self_check_target
+
+            floors = self_check_target(evaluation.problem).floors
+            classes = ", ".join(sorted(floors)) or "none"
+            print(f"(self-check: speed compared with the floor shipped for this device class "
+                  f"(floors exist for: {classes}); the final grade measures your speedup against "
+                  f"the reference solution)")
     return dataclasses.replace(evaluation, printed=True)
+
+
+def find_test_cell(grade_id: str) -> TestCell:
+    """The declaration of test cell ``grade_id`` ("ps1-q1-speed" belongs to ps1)."""
+    assignment = grade_id.split("-", 1)[0]
+    cells = test_cells(assignment)
+    if grade_id not in cells:
+        raise KeyError(f"no test cell {grade_id!r} is declared in grader.problems.{assignment}")
+    return cells[grade_id]
+
+
+def run_test(grade_id: str, *objects, **options):
+    """What an autograded test cell runs: the checks its declaration names, measured on the
+    learner's ``objects`` (or, during ``make grade``, the grading pipeline's results for them).
+
+    Prints every verdict the cell depends on. A partial-credit cell returns its points (the
+    cell's value, which nbgrader reads); any other cell raises :class:`CheckFailed` unless it
+    earned its points.
+    """
+    __tracebackhide__ = True
+    shown = _pipeline_results() if not options else None
+    if shown is not None and grade_id in shown.get("cells", {}):
+        score = CellScore.from_dict(shown["cells"][grade_id])
+    else:
+        cell = find_test_cell(grade_id)
+        evaluations = {key: evaluate(key, *objects, **options) for key in cell.problems}
+        score = score_cell(cell, evaluations)
+    print(score.text)
+    if score.partial:
+        return score.points
+    if score.points < score.max_points:
+        raise CheckFailed(score.failure or f"{grade_id} failed")
+    return None

@@ -1,130 +1,107 @@
-"""Run learner code in a fresh, limited process: :mod:`grader.worker` under a time and memory
-limit, in its own temporary folder, inside bubblewrap when it is installed.
+"""Run the grading worker on one problem in a fresh, limited, sandboxed process and bring back a
+result that learner code could not write.
 
-A crash, a hang, an ``os._exit`` or a memory blow-up of the learner's code becomes a result with
-a reason (``status`` = 'crashed', 'timeout'), never an exception in the caller.
+The job (spec, reference source, a one-time key, the result channel's number) goes in on stdin,
+which the worker reads to the end and closes before any learner code runs; the result comes back
+through a pipe, authenticated with the key (:mod:`grader.verify`). A crash, a hang, an
+``os._exit`` or a memory blow-up of the learner's code becomes a result with a reason
+(``status`` = 'crashed', 'timeout'), never an exception in the caller.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import resource
-import shutil
+import secrets
 import signal
-import subprocess
-import sys
-import tempfile
-import warnings
+
+from . import sandbox
+from .verify import Rejected, authenticate
 
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3
 
 
-def bwrap_available() -> bool:
-    return shutil.which("bwrap") is not None
-
-
-def _sandbox_prefix(workdir: str, device: str, read_only: list[str] | tuple = ()) -> list[str]:
-    """bubblewrap: the whole filesystem read-only, a private /tmp, the work folder writable, no
-    network, own PID namespace; CUDA devices passed through on a GPU box.
-
-    The private /tmp hides whatever lies under the real one, so the course checkout, the Python
-    environment and ``read_only`` paths are bound back (read-only) when they live there (a
-    clone in /tmp, a grading copy of the course, pytest's folders)."""
-    prefix = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for path in sorted({os.path.realpath(p) for p in (package_root, sys.prefix, *read_only) if p}):
-        if (path == "/tmp" or path.startswith("/tmp/")) and os.path.exists(path):
-            prefix += ["--ro-bind", path, path]
-    # Last, so that the work folder stays writable even inside a path bound read-only above.
-    prefix += ["--bind", workdir, workdir,
-               "--unshare-net", "--unshare-pid", "--die-with-parent", "--new-session"]
-    if device.startswith("cuda"):
-        for name in sorted(os.listdir("/dev")):
-            if name.startswith("nvidia"):
-                prefix += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
-    return prefix
-
-
-def _limit_memory(limit: int | None):
-    def apply() -> None:
-        os.setsid()  # its own process group: a timeout kills the compiler children too
-        if limit:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return apply
+def _module_dirs(module: str | None) -> list[str]:
+    """Where a problem module outside the grader package lives (test fixtures): bound into the
+    sandbox read-only and put on the worker's path. Nothing else of the course is."""
+    if not module or module.startswith("grader."):
+        return []
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return []
+    return [os.path.dirname(os.path.realpath(spec.origin))]
 
 
 def run_worker(spec: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-               memory_bytes: int | None = DEFAULT_MEMORY_BYTES, sandbox: str = "auto",
-               warn: bool = True) -> dict:
-    """Run :mod:`grader.worker` on ``spec`` in a fresh process and return its result dict.
+               memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
+               isolation: sandbox.Isolation | None = None, sandbox_mode: str = "auto") -> dict:
+    """Run :mod:`grader.worker` on ``spec`` in a fresh process and return its result dict
+    (authenticated, not yet verified against the problem: see :func:`grader.verify.verify`).
 
-    ``sandbox``: 'auto' (bubblewrap when installed, with a warning when not), 'bwrap' (required)
-    or 'off'; ``warn=False`` leaves the missing-sandbox note to the result's ``sandbox`` field
-    (test cells must not write to stderr: nbgrader scores such a cell zero). The address-space limit ``memory_bytes`` applies on CPU only: CUDA reserves a
-    large virtual address space and fails to initialise under it.
+    ``isolation`` defaults to :func:`grader.sandbox.probe` of ``sandbox_mode``. The result's
+    ``sandbox`` field says which was used. The worker's own output (what learner code printed)
+    is kept under ``output_tail`` for the instructor's logs and never shown to learners.
     """
+    isolation = isolation or sandbox.probe(sandbox_mode)
     device = str(spec.get("device") or "cpu")
-    use_bwrap = sandbox == "bwrap" or (sandbox == "auto" and bwrap_available())
-    if sandbox == "bwrap" and not bwrap_available():
-        raise RuntimeError("sandbox='bwrap' but bubblewrap is not installed (apt-get install bubblewrap)")
-    if sandbox == "auto" and not use_bwrap and warn:
-        warnings.warn("bubblewrap is not installed: learner code runs without a filesystem "
-                      "sandbox (apt-get install bubblewrap)", RuntimeWarning, stacklevel=2)
-    workdir = tempfile.mkdtemp(prefix="grader-")
+    key = secrets.token_bytes(32)
+    extra = _module_dirs(spec.get("problem_module"))
+    env = sandbox.environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",
+                               "TRITON_CACHE_DIR": "/tmp/triton",
+                               "PYTHONPATH": os.pathsep.join(extra)})
+    if not isolation.sandboxed:  # the same layout without a sandbox: a private temporary home
+        import tempfile
+
+        home = tempfile.mkdtemp(prefix="grader-")
+        env.update(HOME=home, TMPDIR=home, TORCHINDUCTOR_CACHE_DIR=os.path.join(home, "inductor"),
+                   TRITON_CACHE_DIR=os.path.join(home, "triton"))
+        # Put the grader package on the path too: without the sandbox the work folder is not
+        # where the package's checkout is.
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(sandbox.grader_package_dir()), *extra])
+    else:
+        home = None
+
+    def job(result_fd: int | None) -> bytes:
+        return json.dumps({"spec": spec, "key": key.hex(), "result_fd": result_fd}).encode()
+
     try:
-        spec_path = os.path.join(workdir, "spec.json")
-        result_path = os.path.join(workdir, "result.json")
-        with open(spec_path, "w") as fh:
-            json.dump(spec, fh)
-        cmd = [sys.executable, "-m", "grader.worker", spec_path, result_path]
-        if use_bwrap:
-            cmd = _sandbox_prefix(workdir, device, spec.get("extra_path", [])) + cmd
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "COURSE_SECRET"))}
-        env.update(TMPDIR=workdir, HOME=workdir, PYTHONDONTWRITEBYTECODE="1",
-                   # Inductor's caches go in the work folder: nothing shared between learners.
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(workdir, "inductor"),
-                   TRITON_CACHE_DIR=os.path.join(workdir, "triton"))
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        *spec.get("extra_path", []), env.get("PYTHONPATH", "")] if p)
-        limit = memory_bytes if not device.startswith("cuda") else None
-        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=_limit_memory(limit))
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            output, _ = proc.communicate()
-            return {"status": "timeout", "message": f"your code did not finish within "
-                    f"{timeout_s:.0f} s (an endless loop, or far too slow); it was stopped",
-                    "output_tail": _tail(output)}
-        if os.path.exists(result_path):
-            with open(result_path) as fh:
-                result = json.load(fh)
-            result["output_tail"] = _tail(output)
-            result["sandbox"] = "bwrap" if use_bwrap else "none"
-            return result
-        reason = _exit_reason(proc.returncode, output)
-        return {"status": "crashed", "returncode": proc.returncode,
-                "message": f"the grading process died before it could report ({reason})",
-                "output_tail": _tail(output)}
+        finished = sandbox.run(
+            [sandbox.python_executable(), "-m", "grader.worker"], isolation=isolation,
+            limits=sandbox.Limits(timeout_s=timeout_s, memory_bytes=memory_bytes),
+            stdin=job, read_only=extra, env=env, cwd=home, device=device, result_channel=True)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if home:
+            import shutil
 
-
-def _kill_group(proc: subprocess.Popen) -> None:
+            shutil.rmtree(home, ignore_errors=True)
+    tail = _tail(finished.output)
+    if finished.timed_out:
+        return {"status": "timeout", "message": f"your code did not finish within "
+                f"{timeout_s:.0f} s (an endless loop, or far too slow); it was stopped",
+                "output_tail": tail, "sandbox": isolation.mode}
+    if not finished.channel:
+        reason = _exit_reason(finished.returncode, finished.output)
+        return {"status": "crashed", "returncode": finished.returncode,
+                "message": f"the grading process died before it could report ({reason})",
+                "output_tail": tail, "sandbox": isolation.mode}
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        result = authenticate(finished.channel, key)
+    except Rejected as exc:
+        return {"status": "rejected", "output_tail": tail, "sandbox": isolation.mode,
+                "message": f"the grader could not trust this result, so nothing was credited: {exc}"}
+    result["output_tail"] = tail
+    result["sandbox"] = isolation.mode
+    return result
 
 
-def _exit_reason(returncode: int, output: bytes) -> str:
+def _exit_reason(returncode: int | None, output: bytes) -> str:
     text = output.decode(errors="replace")
-    if returncode < 0:
-        name = signal.Signals(-returncode).name
+    if returncode is None:
+        return text or "it could not be started"
+    signum = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    if signum in {s.value for s in signal.Signals}:
+        name = signal.Signals(signum).name
         return f"killed by {name}" + (", probably out of memory" if name == "SIGKILL" else "")
     if "MemoryError" in text or "out of memory" in text.lower():
         return "it ran out of memory"

@@ -132,6 +132,10 @@ class SpeedVerdict:
             "trials": c.trials,
             "reps": c.reps,
             "seconds": self.seconds,
+            # The raw timings, so that a process that never ran learner code can recompute the
+            # verdict (grader.verify): seconds per call of every trial, and the interval level.
+            "samples": {n: list(c.seconds[n]) for n in c.names},
+            "level": self.conditions[0].confidence if self.conditions else None,
         }
 
 
@@ -177,6 +181,11 @@ def per_look_confidence(confidence: float, looks: int) -> float:
     return 1.0 - (1.0 - confidence) / max(1, looks)
 
 
+# judge_speed's defaults, which grading uses; DEFAULT_LEVEL is the interval level of each look.
+MIN_TRIALS, BATCH_TRIALS, MAX_TRIALS, CONFIDENCE = 11, 10, 200, 0.95
+DEFAULT_LEVEL = per_look_confidence(CONFIDENCE, max_looks(MIN_TRIALS, BATCH_TRIALS, MAX_TRIALS))
+
+
 def _trial_seconds(comp: Comparison) -> float:
     """Clock seconds one interleaved trial takes: every callable's block of ``reps`` calls
     (the mean, so that slow outliers count). Leaves out first calls (compile), warm-up and
@@ -184,11 +193,32 @@ def _trial_seconds(comp: Comparison) -> float:
     return sum(sum(comp.seconds[n]) / len(comp.seconds[n]) for n in comp.names) * comp.reps
 
 
+def verdict_from_samples(samples: Mapping[str, Sequence[float]], target: SpeedTarget,
+                         dev_class: str, has_reference: bool,
+                         level: float) -> tuple[str, list[Condition]]:
+    """The verdict :func:`judge_speed` reaches on these per-trial timings ("baseline",
+    "learner" and, with a reference, "reference"), at the interval level of its last look."""
+    names = list(samples)
+    comp = Comparison(names, "baseline", {n: list(samples[n]) for n in names},
+                      {n: 0.0 for n in names}, 1, len(samples["baseline"]), "")
+    conds = _conditions(comp, target, dev_class, has_reference, level)
+    return _overall(conds), conds
+
+
+def self_check_target(problem) -> SpeedTarget:
+    """Self-check has no reference: the problem's target less the relative part, with the
+    floors shipped for each device class (``floors.json``) under the problem's own."""
+    target = problem.target
+    return SpeedTarget(fraction_of_reference=None, faster_than_baseline=target.faster_than_baseline,
+                       floors={**shipped_floors(problem.key), **dict(target.floors)})
+
+
 def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple], *,
                 reference: Callable | None = None, target: SpeedTarget | None = None,
-                device: str = "cpu", budget_s: float = 60.0, min_trials: int = 11,
-                batch_trials: int = 10, max_trials: int = 200, block_seconds: float = 0.02,
-                keep_outputs: bool = True, confidence: float = 0.95,
+                device: str = "cpu", budget_s: float = 60.0, min_trials: int = MIN_TRIALS,
+                batch_trials: int = BATCH_TRIALS, max_trials: int = MAX_TRIALS,
+                block_seconds: float = 0.02, keep_outputs: bool = True,
+                confidence: float = CONFIDENCE,
                 clock: Clock = DEFAULT_CLOCK) -> SpeedVerdict:
     """Measure ``learner`` against ``baseline`` (and ``reference``) and decide on ``target``.
 

@@ -3,6 +3,7 @@
 Uses the small problem in tests/fixture_problems.py ("fx.q1": remove an `.item()` break).
 """
 import os
+import subprocess
 import textwrap
 
 import pytest
@@ -90,13 +91,14 @@ def test_wrong_outputs_fail_correctness_and_are_not_timed():
 
 
 def test_code_that_raises_while_timed_fails_speed_and_keeps_the_other_checks():
-    # Like a counter that recompiles on every call under fullgraph=True (Dynamo raises once it
-    # hits the recompile limit): the first calls are right, the timed runs raise. Correctness
-    # keeps its pass; speed fails with the reason.
+    # A call counter: under fullgraph=True (how speed is timed) every call recompiles until
+    # Dynamo raises at its recompile limit, and past 12 calls forward raises by itself. The
+    # first calls are right: correctness keeps its pass; speed fails with the reason.
     ev = run("""
     class Fixed(Original):
+        calls = 0
         def forward(self, x):
-            self.calls = getattr(self, "calls", 0) + 1
+            self.calls = self.calls + 1
             if self.calls > 12:
                 raise RuntimeError("too many calls")
             y = torch.sin(x) * self.scale
@@ -106,7 +108,7 @@ def test_code_that_raises_while_timed_fails_speed_and_keeps_the_other_checks():
     assert ev.status == "ok", ev.result
     assert ev.ok("correctness")
     assert ev.verdict("speed") == "fail"
-    assert "too many calls" in ev.message("speed")
+    assert "your code raised" in ev.message("speed"), ev.message("speed")
 
 
 def test_wrong_shape_is_reported_plainly():
@@ -118,7 +120,7 @@ def test_wrong_shape_is_reported_plainly():
     assert "shape (64, 10), expected (64, 256)" in ev.message("correctness")
 
 
-@pytest.mark.parametrize("cheat, replaced", [
+CHEATS = [
     ("import time\ntime.perf_counter = lambda: 0.0", "time.perf_counter"),
     ("torch.cuda.synchronize = lambda *a, **k: None", "torch.cuda.synchronize"),
     ("_real = torch.compile\ntorch.compile = lambda m, **k: m", "torch.compile"),
@@ -128,12 +130,53 @@ def test_wrong_shape_is_reported_plainly():
     ("import sys\nsys.setprofile(lambda *a: None)", "sys.profile"),
     ("import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()",
      "background thread"),
-])
-def test_replacing_what_the_grader_relies_on_is_detected(cheat, replaced):
+    ("import json\n_d = json.dumps\njson.dumps = lambda *a, **k: _d({'status': 'ok'})",
+     "json.dumps"),
+    ("import grader.check\ngrader.check.Evaluation.require = lambda self, name: None",
+     "grader.check.Evaluation.require"),
+    ("torch._dynamo.config.suppress_errors = True", "config.torch._dynamo.config.suppress_errors"),
+    ("import builtins\nbuiltins.print = lambda *a, **k: None", "builtins.print"),
+]
+
+
+@pytest.mark.parametrize("cheat, replaced", CHEATS)
+def test_the_static_check_refuses_each_cheat_before_anything_runs(cheat, replaced):
     ev = run(cheat + "\n" + GOOD, checks=["correctness", "speed"])
-    assert ev.status == "tampered", ev.result
-    assert replaced in ev.result["message"]
+    assert ev.status == "refused", ev.result
+    assert "cell 5, line " in ev.result["message"]
     assert not ev.ok("speed") and ev.points("speed", 3) == 0.0
+
+
+@pytest.mark.parametrize("cheat, replaced", CHEATS)
+def test_the_snapshot_catches_each_cheat_the_static_check_would_miss(cheat, replaced):
+    # The worker itself, with its static check turned off (only the trusted parent can):
+    # the snapshot taken before the learner's code and compared after it still catches it.
+    from grader import isolate, verify
+    from grader.problems import get_problem
+
+    spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
+            "learner_cells": [{"label": "cell 5", "source": cheat + "\n" + GOOD}],
+            "reference_cells": None, "device": "cpu", "checks": ["correctness", "speed"]}
+    result = isolate.run_worker(spec, timeout_s=180)
+    result = verify.verify(get_problem("fx.q1", "fixture_problems"), result,
+                           checks=spec["checks"], with_reference=False, device_class="cpu")
+    assert result["status"] == "tampered", result
+    assert replaced in result["message"]
+
+
+def test_a_change_made_while_being_timed_is_caught_after_that_check():
+    # The snapshot is compared after every call into learner code, not only after loading.
+    from grader import isolate
+
+    source = GOOD.replace("        y = torch.sin(x) * self.scale",
+                          "        torch.Tensor.sum = torch.Tensor.mean\n"
+                          "        y = torch.sin(x) * self.scale")
+    spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
+            "learner_cells": [{"label": "cell 5", "source": source}], "reference_cells": None,
+            "device": "cpu", "checks": ["correctness"]}
+    result = isolate.run_worker(spec, timeout_s=180)
+    assert result["status"] == "tampered", result
+    assert "torch.Tensor.sum" in result["message"]
 
 
 def test_patching_the_clock_in_the_notebook_does_not_reach_the_measurement():
@@ -165,35 +208,79 @@ def test_memoising_outputs_is_caught_by_fresh_inputs_and_output_rechecks():
     assert ev.verdict("speed") == "fail"
 
 
-def test_memoising_only_after_warmup_is_caught_by_rechecking_timed_outputs():
+def test_memoising_only_after_warmup_earns_no_speed():
     # Correct for the first few calls (the correctness check), then replays a cached answer.
+    # Timed under fullgraph=True, the Python-side counter recompiles on every call until Dynamo
+    # gives up; and were it timed, the outputs of the timed runs are checked again.
     ev = run("""
     class Fixed(Original):
         calls = [0]
+        store = {}
         def forward(self, x):
-            Fixed.calls[0] += 1
-            if Fixed.calls[0] > 12 and hasattr(Fixed, "last"):
-                return Fixed.last
+            self.calls[0] += 1
+            if self.calls[0] > 12 and "last" in self.store:
+                return self.store["last"]
             y = torch.sin(x) * self.scale
-            Fixed.last = torch.cos(y / (y.abs().max() + 1.0)).exp()
-            return Fixed.last
+            self.store["last"] = torch.cos(y / (y.abs().max() + 1.0)).exp()
+            return self.store["last"]
     """, checks=["correctness", "speed"])
     assert ev.ok("correctness"), ev.message("correctness")
-    assert ev.verdict("speed") == "fail"
-    assert "timed run's output" in ev.message("speed")
+    assert ev.verdict("speed") == "fail", ev.message("speed")
 
 
-def test_a_crash_is_reported_not_raised():
+def _unscreened(source: str, checks=("correctness",), timeout_s: float = 60) -> dict:
+    """The worker on ``source`` with its static check off (only the trusted parent can turn
+    it off): to test the containment behind the static check."""
+    from grader import isolate
+
+    spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
+            "learner_cells": [{"label": "cell 5", "source": source}], "reference_cells": None,
+            "device": "cpu", "checks": list(checks)}
+    return isolate.run_worker(spec, timeout_s=timeout_s)
+
+
+def test_a_crash_is_refused_and_contained():
     ev = run("import os\nos._exit(3)\n", timeout_s=60)
-    assert ev.status == "crashed"
-    assert "exit status 3" in ev.result["message"]
+    assert ev.status == "refused" and "cell 5, line 1" in ev.result["message"]
     assert ev.points("speed", 3) == 0.0 and not ev.ok("correctness")
+    result = _unscreened("import os\nos._exit(3)\n")
+    assert result["status"] == "crashed"
+    assert "exit status 3" in result["message"]
 
 
 def test_an_endless_loop_is_stopped_by_the_timeout():
-    ev = run("while True:\n    pass\n", timeout_s=15)
+    ev = run("""
+    class Fixed(Original):
+        def forward(self, x):
+            while True:
+                pass
+    """, timeout_s=15)
     assert ev.status == "timeout"
     assert "did not finish within 15 s" in ev.result["message"]
+
+
+def test_a_leftover_process_does_not_outlive_the_submission():
+    # A double-forked, setsid child that would sleep on: nothing a submission started may run
+    # after its worker ends (sandboxed: the PID namespace; without: the environment token).
+    import random
+
+    for mode in ("auto", "off"):
+        tag = f"{random.randint(10 ** 6, 10 ** 7)}.5"
+        source = (f"import os\n"
+                  f"if os.fork() == 0:\n"
+                  f"    os.setsid()\n"
+                  f"    if os.fork() == 0:\n"
+                  f"        os.execv('/bin/sleep', ['sleep', {tag!r}])\n"
+                  f"    os._exit(0)\n")
+        from grader import isolate
+
+        spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
+                "learner_cells": [{"label": "cell 5", "source": source + GOOD}],
+                "reference_cells": None, "device": "cpu", "checks": ["correctness"]}
+        result = isolate.run_worker(spec, timeout_s=60, sandbox_mode=mode)
+        assert result["status"] == "ok", result
+        left = subprocess.run(["pgrep", "-f", f"sleep {tag}"], capture_output=True, text=True)
+        assert left.stdout.strip() == "", f"a process of the submission kept running ({mode})"
 
 
 def test_memory_blowup_is_contained():
@@ -205,9 +292,9 @@ def test_memory_blowup_is_contained():
 
 
 def test_learner_exception_names_the_cell_and_line():
-    ev = run("x = 1\nraise ValueError('boom')\n")
+    ev = run("class Fixed(Original):\n    def __init__(self):\n        raise ValueError('boom')\n")
     assert ev.status == "learner_error"
-    assert "ValueError: boom" in ev.result["message"] and "cell 5, line 2" in ev.result["message"]
+    assert "ValueError: boom" in ev.result["message"] and "cell 5, line 3" in ev.result["message"]
 
 
 def test_missing_entry_is_a_plain_message():

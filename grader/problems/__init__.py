@@ -33,7 +33,12 @@ class Problem:
     - ``compile_options(entry_object)``: extra options read from what the learner defined (e.g.
       the mode they chose), merged over ``learner_compile``; see :meth:`compile_kwargs`.
     - ``solution_grade_id``: the nbgrader ``grade_id`` of the solution cell in ``source/`` whose
-      text is the reference solution.
+      text is the reference solution (and, in a submission, the learner's).
+    - ``timed_fullgraph``: the speed check compiles with ``fullgraph=True`` (default): speed is
+      credited to one graph only, so no Python-side shortcut in ``forward`` can be timed.
+    - ``allowed_config``: compiler settings the learner may change, as
+      ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
+      (the worker's snapshot).
     """
 
     key: str
@@ -54,6 +59,8 @@ class Problem:
     pool_size: int = 4
     budget_s: float = 45.0
     hints: dict = dataclasses.field(default_factory=dict)
+    timed_fullgraph: bool = True
+    allowed_config: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)
@@ -76,6 +83,34 @@ class Problem:
         return default_build(entry_object, baseline, device)
 
 
+@dataclasses.dataclass(frozen=True)
+class TestCell:
+    """How one autograded test cell of a problem set earns its points: the declaration the
+    grading pipeline scores from (``grade_id`` of the test cell in the notebook).
+
+    - ``requires``: ``(problem key, check)`` pairs that must all pass (an inconclusive speed
+      verdict counts as passed);
+    - ``scored``: the ``(problem key, check)`` whose verdict gives partial credit (full for
+      pass, ``inconclusive_credit`` of the points for inconclusive, none for fail), once
+      ``requires`` hold; without it the cell is all or nothing.
+    """
+
+    grade_id: str
+    points: float
+    requires: tuple[tuple[str, str], ...] = ()
+    scored: tuple[str, str] | None = None
+    inconclusive_credit: float = 1.0
+
+    @property
+    def problems(self) -> list[str]:
+        keys = [key for key, _ in self.requires] + ([self.scored[0]] if self.scored else [])
+        return list(dict.fromkeys(keys))
+
+    @property
+    def checks(self) -> list[tuple[str, str]]:
+        return list(self.requires) + ([self.scored] if self.scored else [])
+
+
 def default_build(entry_object: Any, baseline: Any, device: str) -> Callable:
     """Instantiate a module class with no arguments, load the baseline's weights when the
     shapes agree (so outputs are comparable), switch to eval mode, move to ``device``."""
@@ -93,6 +128,17 @@ def default_build(entry_object: Any, baseline: Any, device: str) -> Callable:
 
 def seeded_generator(seed: int, device: str = "cpu") -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def problem_set(assignment: str, module: str | None = None):
+    """The module ``grader.problems.<assignment>`` (or ``module``)."""
+    return importlib.import_module(module or f"{__name__}.{assignment}")
+
+
+def test_cells(assignment: str, module: str | None = None) -> dict[str, TestCell]:
+    """``{grade_id: TestCell}`` of a problem set (its ``TEST_CELLS``)."""
+    cells = getattr(problem_set(assignment, module), "TEST_CELLS", [])
+    return {cell.grade_id: cell for cell in cells}
 
 
 def get_problem(key: str, module: str | None = None) -> Problem:
