@@ -56,9 +56,11 @@ release: setup
 
 # ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once;
 # REGRADE=1 grades again what is already graded (grades are replaced, never added).
+# SANDBOX=off grades without bubblewrap (learner code can then read this machine's files).
 REGRADE ?=
+SANDBOX ?= auto
 grade: setup
-	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade)
+	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX)
 
 bench-grade: setup
 	$(PY) -m grader.bench_grade --out bench-results/bench-grade.md

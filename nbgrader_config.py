@@ -5,6 +5,24 @@ c.CourseDirectory.root = "."
 c.CourseDirectory.course_id = "torch-compile"
 # Compiling is slow on a first call: give each cell far more than nbgrader's 30 s default.
 c.ExecutePreprocessor.timeout = 600
+# --- Autograde: nbgrader's default steps, in its order, with two of ours --------------------
+# Formgrader's autograde (`make lab`) and `make grade` both run this chain. RobustExecute is
+# nbgrader's Execute made to survive a kernel that dies (and, during `make grade`, to start the
+# kernel in the sandbox); ApplyPipelineScores puts the grading pipeline's points on the test cells
+# (during `make grade` only; elsewhere it does nothing). Order matters: ApplyPipelineScores after
+# SaveAutoGrades (which records what the kernel scored) and before AssignLatePenalties (which
+# must see the final score).
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata,  # noqa: E402
+                                    IgnorePattern, LimitOutput, SaveAutoGrades)
+
+from grader.apply_scores import ApplyPipelineScores  # noqa: E402
+from grader.robust_execute import RobustExecute  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [
+    RobustExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+    ApplyPipelineScores, AssignLatePenalties, CheckCellMetadata,
+]
 # Student versions keep the problem's own setup cells; solutions and hidden tests are stripped.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 

@@ -243,12 +243,12 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
              device: str | None = None, budget_s: float | None = None,
              timeout_s: float | None = None, sandbox: str = "auto",
              problem_module: str | None = None, course_root: str | None = None,
-             checks: Iterable[str] | None = None) -> Evaluation:
+             checks: Iterable[str] | None = None, cache: bool = True) -> Evaluation:
     """Grade ``key`` in a fresh process from the source of ``objects`` (or from ``cells``).
 
     ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
     (self-check floors only). Results are cached in this process by the learner's source, so
-    several test cells share one measurement. ``checks`` limits which of the problem's checks
+    several test cells share one measurement (``cache=False``: always measure). ``checks`` limits which of the problem's checks
     run (default: all). ``sandbox``: 'auto', 'bwrap' (required) or 'off' (see
     :func:`grader.sandbox.probe`).
     """
@@ -276,7 +276,7 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     if checks is not None:
         spec["checks"] = checks
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-    if digest in _RESULTS:
+    if cache and digest in _RESULTS:
         return _RESULTS[digest]
     raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
                              sandbox_mode=sandbox)
@@ -285,7 +285,7 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
         device_class=device_class(device))
     result["sandbox"] = raw.get("sandbox")
     evaluation = Evaluation(problem, result)
-    if result.get("status") in ("ok", "learner_error", "tampered", "refused"):
+    if cache and result.get("status") in ("ok", "learner_error", "tampered", "refused"):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
 

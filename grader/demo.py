@@ -1,14 +1,14 @@
 """The bundled demo cohort: eight made-up students per problem set, one per way a submission can
 go, so a newcomer's ``make grade`` shows the whole flow (and a test checks every score).
 
-Submissions are built from the release notebook of each problem set and the reference solution
-in ``source/`` (so they follow the problem sets as they change); the two personas that need
-problem-specific code ("slow", "wrong") take it from ``DEMO_SOLUTIONS`` in
-``grader/problems/psN.py``. Expected scores are written down in ``demo_expected.json``.
+Submissions are built at grading time, on the instructor's side only, from the release notebook
+of each problem set and the reference solution in ``source/`` (so they follow the problem sets as
+they change); the personas that need problem-specific code ("partial", "slow", "wrong") take it
+from ``source/demo_cohort.py``, which students never get: nothing of it is in the ``grader``
+package. Expected scores are written down in ``demo_expected.json``.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -53,12 +53,24 @@ def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, st
     return nb
 
 
-def personas_for(assignment: str, release_nb, source_nb) -> dict:
-    """{student: notebook or raw text} for one problem set."""
+DEMO_FILE = os.path.join("source", "demo_cohort.py")
+
+
+def demo_solutions(course: str) -> dict:
+    """``{assignment: {persona: {grade_id: code}}}`` from the course's ``source/demo_cohort.py``."""
+    import runpy
+
+    path = os.path.join(course, DEMO_FILE)
+    return runpy.run_path(path)["DEMO_SOLUTIONS"] if os.path.exists(path) else {}
+
+
+def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None = None) -> dict:
+    """{student: notebook or raw text} for one problem set; ``solutions`` are the persona code
+    of :func:`demo_solutions` for this set."""
     ids = _solution_ids(source_nb)
     code_ids = set(ids)
     first = ids[0]
-    extra = getattr(importlib.import_module(f"grader.problems.{assignment}"), "DEMO_SOLUTIONS", {})
+    extra = solutions or {}
     out = {
         "ada_full": _fill(release_nb, source_nb, code_ids),
         # With one question, "partial" is a problem-specific half-done answer.
@@ -99,7 +111,8 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
         source_nb = nbformat.read(os.path.join(src, name), as_version=4)
         release_nb = nbformat.read(os.path.join(demo, "release", assignment, name), as_version=4)
         raw = json.dumps(nbformat.from_dict(release_nb), indent=1)
-        made = {**personas_for(assignment, release_nb, source_nb),
+        made = {**personas_for(assignment, release_nb, source_nb,
+                               demo_solutions(course).get(assignment)),
                 "hal_corrupt": raw[: len(raw) // 2]}
         for student, persona in (cohort or {p: p for p in PERSONAS}).items():
             _write(demo, student, assignment, name, made[persona])

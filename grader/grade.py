@@ -7,13 +7,20 @@ The pipeline is an ordered list of small steps (:data:`STEPS`); the order matter
 When ``submitted/`` is empty, the bundled demo cohort (:mod:`grader.demo`) is graded in a
 separate course folder (``build/demo-course``), and the output says so.
 
-Isolation: each submission is autograded by nbgrader in its own temporary course copy (with a
-copy of the gradebook), in a separate process under a time and memory limit, inside bubblewrap
-where installed (the real course, its gradebook and ``source/`` are read-only there, with no
-network). Only the main process writes the real gradebook, merging one finished submission at
-a time inside a transaction, then marking it done: a killed run loses nothing that was merged,
-and the next run resumes where it stopped. Re-grading replaces a submission's grades; nothing
-is counted twice.
+Trust: a submission's autograded points are decided by the grading pipeline
+(:mod:`grader.pipeline`) in this process, which never runs learner code: it reads the solution
+cells from the submitted notebook, screens them, measures each problem in a fresh sandboxed
+worker and scores every test cell from the problem set's ``TEST_CELLS``. nbgrader then runs the
+notebook (for the feedback) in a temporary course copy, with the kernel — the only part that runs
+learner code — in the sandbox (:mod:`grader.kernel`), and its ``ApplyPipelineScores`` step puts
+the pipeline's points on the test cells. Learner code sees neither the course nor the gradebook
+nor ``source/``.
+
+Only the main process writes the real gradebook, merging one finished submission at a time
+inside a transaction, then marking it done: a killed run loses nothing that was merged, and the
+next run resumes where it stopped. Re-grading updates a submission's automatic grades in place:
+nothing is counted twice, and a grader's manual scores and comments are kept (as nbgrader's own
+autograde keeps them).
 """
 from __future__ import annotations
 
@@ -23,19 +30,19 @@ import dataclasses
 import hashlib
 import json
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
 
-from .isolate import bwrap_available
+from . import sandbox
+from .kernel import kernel_settings
 
 MARKER = ".graded.json"
-RESULTS_LOG = "grader-results.jsonl"
+RESULTS_FILE = "grader-results.json"   # the pipeline's result, kept beside the graded notebook
+DISAGREEMENTS_FILE = "grader-disagreements.json"  # test cells where the kernel showed otherwise
 DEFAULT_TIMEOUT_S = 20 * 60
 DEFAULT_MEMORY_BYTES = 10 * 1024 ** 3
 
@@ -83,6 +90,7 @@ class Run:
     sandbox: str = "auto"
     regrade: bool = False
     demo: bool = False
+    isolation: sandbox.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
@@ -191,11 +199,41 @@ def _scan(course: str, assignments: list[str]) -> list[Submission]:
     return subs
 
 
+def choose_isolation(run: Run) -> None:
+    """Try the sandbox for real before anyone is graded (:func:`grader.sandbox.probe`).
+
+    Where it cannot run, real submissions are not graded at all (every score would be a
+    sandbox failure, not the learner's): the run stops with the reason, unless the instructor
+    said ``--sandbox off``. The bundled demo cohort (made-up students) runs without it, saying
+    so."""
+    try:
+        run.isolation = sandbox.probe("bwrap" if run.sandbox == "auto" else run.sandbox)
+    except sandbox.SandboxUnavailable as exc:
+        if not run.demo:
+            raise SystemExit(
+                f"make grade: stopped before grading anyone: the sandbox for learner code cannot "
+                f"run here: {exc}.\nFix that, or grade without a sandbox (learner code can then "
+                f"read this machine's files, such as source/ and the gradebook, and print them "
+                f"into its feedback): make grade SANDBOX=off  (python -m grader.grade --sandbox off)")
+        run.isolation = sandbox.Isolation("none", str(exc))
+    run.log(f"isolation of learner code: {run.isolation.describe()}")
+
+
 def prepare_gradebook(run: Run) -> None:
     """Every assignment's cells in the gradebook (generate_assignment) and every student
-    registered. Must come before autograding: nbgrader restores hidden tests from here."""
+    registered. Must come before autograding: nbgrader restores hidden tests from here. Stops
+    when a notebook's test cells and its problem set's TEST_CELLS disagree (points would be
+    scored from a declaration the notebook does not have)."""
     from nbgrader.api import Gradebook
 
+    from .pipeline import declared_test_cells_problems
+
+    for assignment in sorted({s.assignment for s in run.submissions}):
+        folder = os.path.join(run.course, "source", assignment)
+        for name in sorted(n for n in os.listdir(folder) if n.endswith(".ipynb")):
+            problems = declared_test_cells_problems(os.path.join(folder, name), assignment)
+            if problems:
+                raise SystemExit("make grade: stopped: " + "; ".join(problems))
     for assignment in sorted({s.assignment for s in run.submissions}):
         _nbgrader(run.course, "generate_assignment", assignment, "--force")
     with Gradebook(_db_url(run.course)) as gb:
@@ -231,7 +269,7 @@ def autograde_all(run: Run) -> None:
     progress = _Progress(len(todo))
     gpus = _gpu_count()
     with cf.ThreadPoolExecutor(max_workers=max(1, run.workers)) as pool:
-        futures = {pool.submit(_autograde_isolated, run, sub, slot % max(1, run.workers), gpus): (sub, digest)
+        futures = {pool.submit(_grade_one, run, sub, slot % max(1, run.workers), gpus): (sub, digest)
                    for slot, (sub, digest) in enumerate(todo)}
         try:
             for future in cf.as_completed(futures):
@@ -280,73 +318,78 @@ def _marker_path(course: str, sub: Submission) -> str:
     return os.path.join(course, "autograded", sub.student, sub.assignment, MARKER)
 
 
-AUTOGRADE_OVERRIDES = """
-# --- added by grader.grade for an isolated run ---
-from nbgrader.preprocessors import IgnorePattern, LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata
-from nbconvert.preprocessors import ClearMetadataPreprocessor
-from grader.robust_execute import RobustExecute
-# Same steps as nbgrader's default, with Execute replaced by one that survives a dead kernel.
-c.Autograde.autograde_preprocessors = [RobustExecute, IgnorePattern, ClearMetadataPreprocessor,
-                                       LimitOutput, SaveAutoGrades, AssignLatePenalties,
-                                       CheckCellMetadata]
-c.Execute.timeout = {cell_timeout}
-c.RobustExecute.timeout = {cell_timeout}
-c.CourseDirectory.root = {root!r}
-"""
+def _submitted_notebook(run: Run, sub: Submission) -> str | None:
+    """The submission's copy of the problem set's notebook (named as in source/), if any."""
+    folder = os.path.join(run.course, "source", sub.assignment)
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".ipynb") and os.path.exists(os.path.join(sub.folder, name)):
+            return os.path.join(sub.folder, name)
+    return None
 
 
-def _autograde_isolated(run: Run, sub: Submission, slot: int, gpus: int):
-    """Autograde one submission in a temporary course copy. Returns (folder, failure, seconds)."""
+def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
+    """Grade one submission: the pipeline's points (no learner code here), then nbgrader in a
+    temporary course copy with the kernel sandboxed. Returns (folder, failure, seconds)."""
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-")
+    uid = None
     try:
-        config = open(os.path.join(run.course, "nbgrader_config.py")).read()
-        with open(os.path.join(tmp, "nbgrader_config.py"), "w") as fh:
-            fh.write(config + AUTOGRADE_OVERRIDES.format(cell_timeout=int(run.cell_timeout_s), root=tmp))
+        # 1. The points, decided here.
+        notebook = _submitted_notebook(run, sub)
+        if notebook is None:
+            return tmp, f"the submission has no {sub.assignment} notebook", time.monotonic() - t0
+        from .pipeline import grade_notebook
+
+        device = f"cuda:{slot % gpus}" if gpus else None  # one timed submission per GPU
+        result = grade_notebook(notebook, sub.assignment, run.course, sandbox=run.isolation.mode
+                                if run.isolation.sandboxed else "off", device=device)
+        pipeline_file = os.path.join(tmp, "pipeline.json")
+        display_file = os.path.join(tmp, "pipeline-display.json")
+        result.save(pipeline_file, display_file)
+        os.chmod(display_file, 0o644)
+
+        # 2. nbgrader's run of the notebook, for the feedback, in a course copy.
+        shutil.copy(os.path.join(run.course, "nbgrader_config.py"), tmp)
         shutil.copy(os.path.join(run.course, "gradebook.db"), os.path.join(tmp, "gradebook.db"))
         shutil.copytree(os.path.join(run.course, "source", sub.assignment),
                         os.path.join(tmp, "source", sub.assignment))
         shutil.copytree(sub.folder, os.path.join(tmp, "submitted", sub.student, sub.assignment))
-        os.makedirs(os.path.join(tmp, "home"))
+        # The kernel's working folder: a copy of the learner's own submission, nothing else.
+        workdir = os.path.join(tmp, "kernel-work")
+        shutil.copytree(sub.folder, workdir)
+        for root, dirs, files in os.walk(tmp):
+            os.chmod(root, 0o755)
+        if run.isolation.sandboxed and sandbox.switches_user():
+            uid = sandbox.take_uid()
         env = _venv_env()
-        env.update(HOME=os.path.join(tmp, "home"), TMPDIR=tmp, COURSE_ROOT=tmp,
-                   COURSE_GRADE_LOG=os.path.join(tmp, RESULTS_LOG), PYTHONDONTWRITEBYTECODE="1",
-                   MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1")
-        env.pop("JUPYTER_CONFIG_DIR", None)
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)  # one worker per GPU for timed checks
-        cmd = [sys.executable, "-m", "nbgrader", "autograde", sub.assignment,
-               "--student", sub.student, "--force"]
-        use_bwrap = run.sandbox == "bwrap" or (run.sandbox == "auto" and bwrap_available())
-        if use_bwrap:
-            from .isolate import _sandbox_prefix
-
-            cmd = _sandbox_prefix(tmp, "cuda" if gpus else "cpu") + cmd
-        limit = run.memory_bytes if not gpus else None
-
-        def limits():
-            os.setsid()
-            if limit:
-                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=limits)
-        try:
-            output, _ = proc.communicate(timeout=run.timeout_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.communicate()
+        env.update(HOME=os.path.join(tmp, "home"), TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1",
+                   MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1", JUPYTER_RUNTIME_DIR=tmp,
+                   COURSE_PIPELINE_FILE=pipeline_file,
+                   COURSE_KERNEL_SANDBOX=kernel_settings(
+                       isolation=run.isolation, uid=uid,
+                       runtime_dir=os.path.join(tmp, "kernel-runtime"), workdir=workdir,
+                       results=display_file, memory_bytes=run.memory_bytes))
+        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_PATH", "COURSE_ROOT"):
+            env.pop(name, None)
+        os.makedirs(env["HOME"])
+        left = max(60.0, run.timeout_s - (time.monotonic() - t0))
+        finished = sandbox.run(
+            [sys.executable, "-m", "nbgrader", "autograde", sub.assignment,
+             "--student", sub.student, "--force", f"--Execute.timeout={int(run.cell_timeout_s)}",
+             f"--CourseDirectory.root={tmp}"],
+            isolation=sandbox.Isolation("none", "nbgrader itself runs no learner code"),
+            limits=sandbox.Limits(timeout_s=left, memory_bytes=None if gpus else run.memory_bytes),
+            env=env, cwd=tmp)
+        with open(os.path.join(tmp, "autograde.log"), "wb") as fh:
+            fh.write(finished.output)
+        if finished.timed_out:
             return tmp, f"grading stopped after {run.timeout_s:.0f} s (the per-submission limit)", \
                 time.monotonic() - t0
-        with open(os.path.join(tmp, "autograde.log"), "wb") as fh:
-            fh.write(output)
         return tmp, None, time.monotonic() - t0
     except Exception as exc:  # our own failure preparing the copy: report, never lose the run
-        return tmp, f"could not prepare the grading copy: {type(exc).__name__}: {exc}", \
-            time.monotonic() - t0
+        return tmp, f"could not grade: {type(exc).__name__}: {exc}", time.monotonic() - t0
+    finally:
+        sandbox.give_back_uid(uid)
 
 
 def _unreadable_reason(sub: Submission) -> str | None:
@@ -362,43 +405,51 @@ def _unreadable_reason(sub: Submission) -> str | None:
 
 
 def _merge(run: Run, sub: Submission, tmp: str | None, failure: str | None, digest: str) -> Outcome:
-    """Copy one isolated result into the real gradebook and autograded/ (the only writer)."""
+    """Copy one graded submission into the real gradebook and autograded/ (the only writer).
+
+    The automatic part of each grade (score, review flag, automatic comment), the submission's
+    timestamp and each notebook's late penalty come from the grading copy; what a grader entered
+    by hand (manual scores, extra credit, comments) stays as it is in the real gradebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
     graded_nb = os.path.join(tmp or "", "autograded", sub.student, sub.assignment)
     if failure is None and not os.path.isdir(graded_nb):
         failure = _unreadable_reason(sub) or "nbgrader could not autograde this submission:\n" + \
             _log_tail(tmp)
-    src_sub = None
+    auto: dict = {}
+    timestamp, penalties = _timestamp(sub), {}
     if failure is None:
         src_gb = Gradebook("sqlite:///" + os.path.join(tmp, "gradebook.db"))
         try:
             src_sub = src_gb.find_submission(sub.assignment, sub.student)
-            scores = {(nb.name, g.name): (g.auto_score, g.needs_manual_grade)
-                      for nb in src_sub.notebooks for g in nb.grades}
-            comments = {(nb.name, c.name): c.auto_comment
-                        for nb in src_sub.notebooks for c in nb.comments}
+            timestamp = src_sub.timestamp
+            for nb in src_sub.notebooks:
+                penalties[nb.name] = nb.late_submission_penalty
+                auto.update({(nb.name, g.name): (g.auto_score, g.needs_manual_grade)
+                             for g in nb.grades})
+                auto.update({(nb.name, "comment", c.name): c.auto_comment for c in nb.comments})
         except MissingEntry:
             failure = "nbgrader recorded no grades for this submission:\n" + _log_tail(tmp)
         finally:
             src_gb.close()
     with Gradebook(_db_url(run.course)) as gb, warnings.catch_warnings():
-        # nbgrader's add_submission right after remove_submission makes SQLAlchemy warn about
-        # autoflush of the removed rows; the rows are rebuilt below, so the warning is noise.
         warnings.simplefilter("ignore")
         try:
-            gb.remove_submission(sub.assignment, sub.student)  # re-grading replaces, never adds
+            dst = gb.find_submission(sub.assignment, sub.student)  # a regrade updates in place
         except MissingEntry:
-            pass
-        dst = gb.add_submission(sub.assignment, sub.student)
+            dst = gb.add_submission(sub.assignment, sub.student)
+        dst.timestamp = timestamp
         for nb in dst.notebooks:
+            nb.late_submission_penalty = penalties.get(nb.name) if failure is None else None
             for g in nb.grades:
                 # A submission that could not be graded scores zero everywhere, written answers too.
-                auto, manual = scores.get((nb.name, g.name), (0.0, False)) if failure is None \
+                score, review = auto.get((nb.name, g.name), (0.0, False)) if failure is None \
                     else (0.0, False)
-                g.auto_score, g.needs_manual_grade = auto, manual
+                g.auto_score = score
+                g.needs_manual_grade = review or g.manual_score is not None
             for c in nb.comments:
-                c.auto_comment = comments.get((nb.name, c.name)) if failure is None else failure
+                c.auto_comment = auto.get((nb.name, "comment", c.name)) if failure is None \
+                    else failure
         gb.db.commit()
         dst = gb.find_submission(sub.assignment, sub.student)
         score, max_score = float(dst.score), float(dst.max_score)
@@ -410,13 +461,27 @@ def _merge(run: Run, sub: Submission, tmp: str | None, failure: str | None, dige
         os.makedirs(target, exist_ok=True)
         with open(os.path.join(target, "NOT_GRADED.txt"), "w") as fh:
             fh.write(failure + "\n")
-    if tmp and os.path.exists(os.path.join(tmp, RESULTS_LOG)):
-        shutil.copy(os.path.join(tmp, RESULTS_LOG), os.path.join(target, RESULTS_LOG))
+    for name, kept in (("pipeline.json", RESULTS_FILE),
+                       ("pipeline.json.disagreements.json", DISAGREEMENTS_FILE)):
+        if tmp and os.path.exists(os.path.join(tmp, name)):
+            shutil.copy(os.path.join(tmp, name), os.path.join(target, kept))
     outcome = Outcome(sub, "graded" if failure is None else "failed", failure or "", score, max_score)
     with open(_marker_path(run.course, sub), "w") as fh:  # last: marks the merge as complete
         json.dump({"digest": digest, "status": outcome.status, "reason": outcome.reason,
                    "score": score, "max_score": max_score}, fh)
     return outcome
+
+
+def _timestamp(sub: Submission):
+    """The submission's ``timestamp.txt`` (as nbgrader reads it), or None."""
+    from nbgrader.utils import parse_utc
+
+    path = os.path.join(sub.folder, "timestamp.txt")
+    try:
+        with open(path) as fh:
+            return parse_utc(fh.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _log_tail(tmp: str | None) -> str:
@@ -471,13 +536,12 @@ def summarize(run: Run) -> None:
     run.log(f"feedback:  {os.path.join(run.course, 'feedback')}/STUDENT/ASSIGNMENT/")
     run.log(f"grades:    {run.csv_path}")
     run.log(f"report:    {getattr(run, 'report_path', '')}")
-    if not (bwrap_available() or run.sandbox == "off"):
-        run.log("warning: bubblewrap is not installed: learner code ran without a filesystem "
-                "sandbox (apt-get install bubblewrap)")
+    run.log(f"isolation: {run.isolation.describe()}")
 
 
 STEPS = [
     find_submissions,
+    choose_isolation,    # after find_submissions: the demo cohort may run without a sandbox
     prepare_gradebook,   # before autograding: hidden tests are restored from the gradebook
     autograde_all,
     generate_feedback,   # after autograding: renders the autograded notebooks
@@ -528,7 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=600,
                         help="seconds allowed per notebook cell (nbgrader's Execute.timeout)")
     parser.add_argument("--sandbox", choices=["auto", "bwrap", "off"], default="auto",
-                        help="run learner code under bubblewrap (auto: when installed)")
+                        help="isolate learner code with bubblewrap, tried for real first. auto "
+                             "and bwrap: where it cannot run, real submissions are not graded "
+                             "(the demo cohort runs without it under auto); off: no sandbox "
+                             "(learner code can read this machine's files)")
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again, even those already graded and "
                              "unchanged (e.g. after fixing a test); grades are replaced, not added")

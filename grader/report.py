@@ -10,17 +10,22 @@ import json
 import os
 
 
+def _load(course: str, student: str, assignment: str, name: str, empty):
+    path = os.path.join(course, "autograded", student, assignment, name)
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return empty
+
+
 def _results(course: str, student: str, assignment: str) -> list[dict]:
-    path = os.path.join(course, "autograded", student, assignment, "grader-results.jsonl")
-    if not os.path.exists(path):
-        return []
-    rows = []
-    for line in open(path):
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
+    """The grading pipeline's result for each problem of a submission (written by the trusted
+    process, never by the notebook's kernel)."""
+    from .grade import RESULTS_FILE
+
+    problems = _load(course, student, assignment, RESULTS_FILE, {}).get("problems", {})
+    return [{"problem": key, **result} for key, result in problems.items()]
 
 
 def collect(course: str, outcomes) -> dict:
@@ -28,7 +33,7 @@ def collect(course: str, outcomes) -> dict:
     and graph-break causes counted once per student and problem."""
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
-                                                  "not_graded": []})
+                                                  "not_graded": [], "disagreed": []})
     for o in outcomes:
         sub = o.submission
         d = data[sub.assignment]
@@ -36,6 +41,11 @@ def collect(course: str, outcomes) -> dict:
         d["max"] = max(d["max"], o.max_score)
         if o.reason:
             d["not_graded"].append((sub.student, o.reason.splitlines()[0]))
+        from .grade import DISAGREEMENTS_FILE
+
+        for row in _load(course, sub.student, sub.assignment, DISAGREEMENTS_FILE, []):
+            d["disagreed"].append((sub.student, row.get("grade_id"), row.get("kernel_points"),
+                                   row.get("points")))
         seen = set()
         for r in _results(course, sub.student, sub.assignment):
             speed = r.get("checks", {}).get("speed", {})
@@ -113,6 +123,12 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
         if d["causes"]:
             parts.append("<p>Most common graph-break causes: " + ", ".join(
                 f"{html.escape(c)} ({n})" for c, n in d["causes"].most_common()) + "</p>")
+        if d["disagreed"]:
+            parts.append("<p>Test cells where the notebook's own output disagreed with the "
+                         "grader's measurement (the grade is the grader's):</p><ul>" + "".join(
+                             f"<li>{html.escape(str(s))}: {html.escape(str(g))}: notebook "
+                             f"{html.escape(str(k))}, grader {p:g}</li>"
+                             for s, g, k, p in d["disagreed"]) + "</ul>")
         if d["not_graded"]:
             parts.append("<p>Not graded (scored 0):</p><ul>" + "".join(
                 f"<li>{html.escape(s)}: {html.escape(r)}</li>" for s, r in d["not_graded"]) + "</ul>")

@@ -6,7 +6,8 @@ the cell that caused it (so that cell, and any test that needed it, scores zero 
 in the feedback), starts a new kernel, replays the earlier non-test cells that ran cleanly to
 restore the learner's other definitions, and goes on: the other questions are still graded.
 
-Used by ``grader.grade`` through nbgrader's own configuration::
+Declared in the course's ``nbgrader_config.py`` (so Formgrader and ``make grade`` run notebooks
+the same way)::
 
     c.Autograde.autograde_preprocessors = [RobustExecute, IgnorePattern, ...]
 """
@@ -31,7 +32,17 @@ def _errored(cell) -> bool:
 
 
 class RobustExecute(Execute):
-    """Execute every cell; on a dead kernel, record why, restart, replay, continue."""
+    """Execute every cell; on a dead kernel, record why, restart, replay, continue.
+
+    During ``make grade`` (``COURSE_KERNEL_SANDBOX`` set) the kernel is started in the sandbox
+    (:class:`grader.kernel.SandboxedKernelManager`)."""
+
+    def __init__(self, *args, **kwargs):
+        from .kernel import SandboxedKernelManager, configured
+
+        if configured():
+            kwargs["kernel_manager_class"] = SandboxedKernelManager
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         NotebookClient.__init__(self, nb, km)

@@ -108,7 +108,8 @@ _uid_lock = threading.Lock()
 _uids_in_use: set[int] = set()
 
 
-def _take_uid() -> int:
+def take_uid() -> int:
+    """An unprivileged user id no other running sandbox of this process uses."""
     with _uid_lock:
         uid = UID_BASE
         while uid in _uids_in_use:
@@ -117,7 +118,7 @@ def _take_uid() -> int:
         return uid
 
 
-def _give_back_uid(uid: int | None) -> None:
+def give_back_uid(uid: int | None) -> None:
     with _uid_lock:
         _uids_in_use.discard(uid)
 
@@ -272,7 +273,7 @@ def _probe_bwrap() -> str:
     """'' when a real sandboxed call works, else why it does not."""
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    uid = _take_uid()
+    uid = take_uid()
     try:
         check = ("import importlib.util, os, sys; import grader.sandbox; "
                  "spec = importlib.util.find_spec('torch'); "
@@ -292,7 +293,7 @@ def _probe_bwrap() -> str:
                     f"Python environment is not readable by other users")
         return ""
     finally:
-        _give_back_uid(uid)
+        give_back_uid(uid)
 
 
 def probe(mode: str = "auto") -> Isolation:
@@ -329,7 +330,7 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
     write, see :mod:`grader.worker`); what the process writes there is returned in
     :attr:`Finished.channel`, apart from its stdout and stderr (``output``).
     """
-    uid = _take_uid() if isolation.sandboxed and switches_user() else None
+    uid = take_uid() if isolation.sandboxed and switches_user() else None
     token = secrets.token_hex(16)
     env = dict(env if env is not None else environment())
     env[TOKEN_ENV] = token
@@ -354,7 +355,7 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
                                 cwd=cwd if not isolation.sandboxed else None)
     except OSError as exc:
         _close(read_fd, write_fd)
-        _give_back_uid(uid)
+        give_back_uid(uid)
         return Finished(None, f"could not start: {exc}".encode(), False, 0.0)
     if write_fd is not None:
         os.close(write_fd)
@@ -373,7 +374,7 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
             reader.join(timeout=10)
             if reader.is_alive():  # something still holds the pipe open: give up on it
                 channel.clear()
-        _give_back_uid(uid)
+        give_back_uid(uid)
     return Finished(proc.returncode, output or b"", timed_out, time.monotonic() - started,
                     b"".join(channel))
 

@@ -131,6 +131,13 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def _is_unanswered(stmt: ast.stmt) -> bool:
+    """The stub nbgrader leaves in an unanswered solution cell."""
+    exc = stmt.exc if isinstance(stmt, ast.Raise) else None
+    target = exc.func if isinstance(exc, ast.Call) else exc
+    return isinstance(target, ast.Name) and target.id == "NotImplementedError"
+
+
 def _load_time_nodes(node: ast.AST):
     """The nodes of ``node`` that run when it is evaluated (a lambda's body runs later)."""
     yield node
@@ -182,6 +189,10 @@ class _Screen(ast.NodeVisitor):
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
                     and isinstance(stmt.value.value, str):
                 continue  # a docstring
+            if _is_unanswered(stmt):
+                self.refuse(stmt, "this solution has not been written yet (the cell still has "
+                                  "`raise NotImplementedError()`)")
+                continue
             if not isinstance(stmt, _TOP_LEVEL):
                 self.refuse(stmt, f"only imports, definitions and assignments may stand {where}: "
                                   f"this statement would run when the cell is loaded; put it in a "

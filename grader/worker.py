@@ -41,6 +41,7 @@ import hmac
 import json
 import linecache
 import os
+import re
 import shutil
 import sys
 import threading
@@ -126,12 +127,17 @@ def tampering(before: dict, threads_before: int,
     for (space, name), value in before.items():
         now = after.get((space, name))
         if name == "<functions>":
-            changed += [f"{space}.{added}" for added in sorted((now or frozenset()) - value)]
+            changed += [f"{space}.{added}" for added in sorted((now or frozenset()) - value)
+                        if not _DYNAMO_GENERATED.match(added)]
         elif now != value:
             changed.append(f"{space}.{name}")
     if threading.active_count() > threads_before:
         changed.append("started a background thread")
     return sorted(changed)
+
+
+# Dynamo adds its compiled functions to the globals of the module it compiled code from.
+_DYNAMO_GENERATED = re.compile(r"^(__compiled_fn_|__resume_at_|___)")
 
 
 class Tampered(Exception):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from grader import demo
+from grader import assign, demo
 from grader.grade import MARKER, grade, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +42,7 @@ def demo_run(tmp_path_factory):
 
 def test_demo_cohort_has_every_persona_and_written_down_scores():
     expected = demo.expected_scores()
-    for assignment in sorted(os.listdir(os.path.join(ROOT, "source"))):
+    for assignment in assign.assignments(ROOT):
         assert set(expected.get(assignment, {})) == set(demo.PERSONAS), assignment
 
 

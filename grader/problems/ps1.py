@@ -8,11 +8,11 @@ with ``fullgraph=True``; its speed is compared with the *original compiled* mode
 import torch
 from torch import nn
 
-from ..check import check, evaluate
-from . import Problem
+from ..check import check, evaluate, run_test
+from . import Problem, TestCell
 from ..targets import SpeedTarget
 
-__all__ = ["Original", "make_inputs", "example_inputs", "check", "evaluate", "torch", "nn"]
+__all__ = ["Original", "make_inputs", "example_inputs", "check", "evaluate", "run_test", "torch", "nn"]
 
 D = 256
 ROWS = 1024
@@ -89,42 +89,11 @@ PROBLEMS = {
         solution_grade_id="ps1-q1-solution", checks=("correctness",), hints=HINTS),
 }
 
-
-# The demo cohort's problem-specific submissions (grader/demo.py): solution cell -> its text.
-DEMO_SOLUTIONS = {
-    # Fixed the `if` and the `print`, kept `.item()` and the mask: correct, two breaks left.
-    "partial": {"ps1-q1-solution": '''class FixedModel(Original):
-    def forward(self, x):
-        h = self.fc1(x)
-        h = torch.where(x.mean() > 0, torch.tanh(h) * 1.5, torch.sigmoid(h) - 0.5)
-        scale = h.abs().max().item()
-        h = h / (scale + 1e-6)
-        pos_mean = h[h > 0].mean()
-        h = torch.sin(h - pos_mean) * torch.cos(h + pos_mean)
-        return torch.tanh(self.fc2(h).exp())
-'''},
-    # One graph and correct, but forward also computes a large product it throws away.
-    "slow": {"ps1-q1-solution": '''class FixedModel(Original):
-    def forward(self, x):
-        h = self.fc1(x)
-        h = torch.where(x.mean() > 0, torch.tanh(h) * 1.5, torch.sigmoid(h) - 0.5)
-        h = h + 0.0 * torch.tanh((x @ x.T @ x).mean())   # wasted work
-        scale = h.abs().max()
-        h = h / (scale + 1e-6)
-        pos = h > 0
-        pos_mean = torch.where(pos, h, 0.0).sum() / pos.sum()
-        h = torch.sin(h - pos_mean) * torch.cos(h + pos_mean)
-        return torch.tanh(self.fc2(h).exp())
-'''},
-    # Fast, but only one side of the `if`: right on the visible inputs, wrong on the hidden ones.
-    "wrong": {"ps1-q1-solution": '''class FixedModel(Original):
-    def forward(self, x):
-        h = torch.tanh(self.fc1(x)) * 1.5
-        scale = h.abs().max()
-        h = h / (scale + 1e-6)
-        pos = h > 0
-        pos_mean = torch.where(pos, h, 0.0).sum() / pos.sum()
-        h = torch.sin(h - pos_mean) * torch.cos(h + pos_mean)
-        return torch.tanh(self.fc2(h).exp())
-'''},
-}
+# How each autograded test cell of ps1.ipynb earns its points (grade_id -> checks): the grading
+# pipeline scores from this, and the test cells show the same checks to the learner.
+TEST_CELLS = [
+    TestCell("ps1-q1-correctness", 3,
+             requires=(("ps1.q1", "correctness"), ("ps1.q1neg", "correctness"))),
+    TestCell("ps1-q1-fullgraph", 3, requires=(("ps1.q1", "fullgraph"), ("ps1.q1", "breaks"))),
+    TestCell("ps1-q1-speed", 4, requires=(("ps1.q1", "correctness"),), scored=("ps1.q1", "speed")),
+]

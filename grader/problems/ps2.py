@@ -8,11 +8,11 @@ tanh-GELU. Inductor turns every slice write into its own kernels. The learner re
 import torch
 from torch import nn
 
-from ..check import check, evaluate
-from . import Problem
+from ..check import check, evaluate, run_test
+from . import Problem, TestCell
 from ..targets import SpeedTarget
 
-__all__ = ["GroupNormGELU", "make_inputs", "example_inputs", "MAX_KERNELS", "check", "evaluate",
+__all__ = ["GroupNormGELU", "make_inputs", "example_inputs", "MAX_KERNELS", "check", "evaluate", "run_test",
            "torch", "nn"]
 
 D = 512
@@ -86,36 +86,10 @@ PROBLEMS = {
         solution_grade_id="ps2-q1-solution", checks=("correctness",), hints=HINTS),
 }
 
-
-# The demo cohort's problem-specific submissions (grader/demo.py): solution cell -> its text.
-DEMO_SOLUTIONS = {
-    # Correct, but the loop over groups and the slice writes are still there (not fused).
-    "partial": {"ps2-q1-solution": '''class FusedGroupNormGELU(GroupNormGELU):
-    pass
-'''},
-    # Fused the same way as the reference, but each element also goes through a chain of
-    # wasted transcendental functions.
-    "slow": {"ps2-q1-solution": '''class FusedGroupNormGELU(GroupNormGELU):
-    def forward(self, x):
-        rows, d = x.shape
-        xs = x.view(rows, self.groups, d // self.groups)
-        mu = xs.mean(dim=-1, keepdim=True)
-        var = ((xs - mu) ** 2).mean(dim=-1, keepdim=True)
-        y = ((xs - mu) / torch.sqrt(var + self.eps)).view(rows, d) * self.weight + self.bias
-        waste = y
-        for _ in range(40):
-            waste = torch.sin(torch.exp(torch.tanh(waste)))
-        y = y + 0.0 * waste
-        return 0.5 * y * (1.0 + torch.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
-'''},
-    # Fused and fast, but ReLU instead of the tanh-GELU.
-    "wrong": {"ps2-q1-solution": '''class FusedGroupNormGELU(GroupNormGELU):
-    def forward(self, x):
-        rows, d = x.shape
-        xs = x.view(rows, self.groups, d // self.groups)
-        mu = xs.mean(dim=-1, keepdim=True)
-        var = ((xs - mu) ** 2).mean(dim=-1, keepdim=True)
-        y = ((xs - mu) / torch.sqrt(var + self.eps)).view(rows, d) * self.weight + self.bias
-        return torch.relu(y)
-'''},
-}
+# How each autograded test cell of ps2.ipynb earns its points (grade_id -> checks).
+TEST_CELLS = [
+    TestCell("ps2-q1-correctness", 3,
+             requires=(("ps2.q1", "correctness"), ("ps2.q1rows", "correctness"))),
+    TestCell("ps2-q1-fusion", 4, requires=(("ps2.q1", "fusion"), ("ps2.q1", "fullgraph"))),
+    TestCell("ps2-q1-speed", 3, requires=(("ps2.q1", "correctness"),), scored=("ps2.q1", "speed")),
+]

@@ -12,12 +12,12 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ..check import check, evaluate
-from . import Problem
+from ..check import check, evaluate, run_test
+from . import Problem, TestCell
 from ..targets import SpeedTarget
 
 __all__ = ["TinyMLP", "PerSampleScorer", "MODES", "make_mlp_inputs", "make_scorer_inputs",
-           "example_mlp_inputs", "example_scorer_inputs", "check", "evaluate", "torch", "nn", "F"]
+           "example_mlp_inputs", "example_scorer_inputs", "check", "evaluate", "run_test", "torch", "nn", "F"]
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MLP_D = 64
@@ -132,25 +132,10 @@ PROBLEMS = {
         recompile_inputs=scorer_recompile_inputs, max_compiles=1, hints=Q2_HINTS),
 }
 
-
-# The demo cohort's problem-specific submissions (grader/demo.py): solution cell -> its text.
-# ("partial": question 1 only, the default.)
-DEMO_SOLUTIONS = {
-    # The right mode, but forward runs the network four times and keeps one result.
-    "slow": {"ps3-q1-solution": '''class SmallBatchMLP(TinyMLP):
-    compile_mode = "reduce-overhead"
-
-    def forward(self, x):
-        y = super().forward(x)
-        for _ in range(3):
-            y = y + 0.0 * super().forward(x + 1.0)   # wasted work
-        return y
-'''},
-    # Fast, but the outputs are scaled.
-    "wrong": {"ps3-q1-solution": '''class SmallBatchMLP(TinyMLP):
-    compile_mode = "reduce-overhead"
-
-    def forward(self, x):
-        return super().forward(x) * 1.01
-'''},
-}
+# How each autograded test cell of ps3.ipynb earns its points (grade_id -> checks).
+TEST_CELLS = [
+    TestCell("ps3-q1-correctness", 2, requires=(("ps3.q1", "correctness"), ("ps3.q1", "fullgraph"))),
+    TestCell("ps3-q1-speed", 3, requires=(("ps3.q1", "correctness"),), scored=("ps3.q1", "speed")),
+    TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"),)),
+    TestCell("ps3-q2-recompiles", 3, requires=(("ps3.q2", "recompiles"), ("ps3.q2", "fullgraph"))),
+]

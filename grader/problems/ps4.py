@@ -12,11 +12,11 @@ import math
 import torch
 from torch import nn
 
-from ..check import check, evaluate
-from . import Problem
+from ..check import check, evaluate, run_test
+from . import Problem, TestCell
 from ..targets import SpeedTarget
 
-__all__ = ["TinyGPT", "Block", "make_inputs", "example_inputs", "check", "evaluate", "torch", "nn",
+__all__ = ["TinyGPT", "Block", "make_inputs", "example_inputs", "check", "evaluate", "run_test", "torch", "nn",
            "math", "VOCAB", "DIM", "HEADS", "LAYERS", "SEQ"]
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 1, 64, 4
@@ -117,48 +117,10 @@ PROBLEMS = {
         budget_s=15.0, hints=HINTS),
 }
 
-
-# The demo cohort's problem-specific submissions (grader/demo.py): solution cell -> its text.
-DEMO_SOLUTIONS = {
-    # The debug check removed (one graph), but the call counter still changes every call.
-    "partial": {"ps4-q1-solution": '''class FastGPT(TinyGPT):
-    def forward(self, idx):
-        self.calls += 1
-        B, T = idx.shape
-        x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
-        for blk in self.blocks:
-            x = x + self.attention(blk, x)
-            x = x + self.mlp(blk, x)
-            if self.calls % 100 == 1000:
-                x = x * 1.0
-        logits = self.head(self.ln(x[:, -1]))
-        return torch.softmax(logits, dim=-1)
-'''},
-    # One graph, no recompiles, correct; but the blocks run twice.
-    "slow": {"ps4-q1-solution": '''class FastGPT(TinyGPT):
-    def forward(self, idx):
-        B, T = idx.shape
-        x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
-        for blk in self.blocks:
-            x = x + self.attention(blk, x)
-            x = x + self.mlp(blk, x)
-        waste = x
-        for blk in self.blocks:                      # wasted work
-            waste = waste + self.attention(blk, waste)
-            waste = waste + self.mlp(blk, waste)
-        x = x + 0.0 * torch.tanh(waste)
-        logits = self.head(self.ln(x[:, -1]))
-        return torch.softmax(logits, dim=-1)
-'''},
-    # Fast, but the final layer norm is skipped.
-    "wrong": {"ps4-q1-solution": '''class FastGPT(TinyGPT):
-    def forward(self, idx):
-        B, T = idx.shape
-        x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
-        for blk in self.blocks:
-            x = x + self.attention(blk, x)
-            x = x + self.mlp(blk, x)
-        logits = self.head(x[:, -1])
-        return torch.softmax(logits, dim=-1)
-'''},
-}
+# How each autograded test cell of ps4.ipynb earns its points (grade_id -> checks).
+TEST_CELLS = [
+    TestCell("ps4-q1-correctness", 2, requires=(("ps4.q1", "correctness"),)),
+    TestCell("ps4-q1-fullgraph", 2, requires=(("ps4.q1", "fullgraph"), ("ps4.q1", "breaks"))),
+    TestCell("ps4-q1-recompiles", 2, requires=(("ps4.q1", "recompiles"),)),
+    TestCell("ps4-q1-speed", 4, requires=(("ps4.q1", "correctness"),), scored=("ps4.q1", "speed")),
+]

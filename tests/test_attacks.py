@@ -1,0 +1,228 @@
+"""The attack corpus: submissions written the way a determined student would, each graded by the
+real pipeline (`grade()`, what `make grade` runs), none scoring above what the same code earns
+honestly; nothing secret reaches any feedback; nothing a submission started outlives it; and a
+grader's manual scores survive a regrade, with timestamps and late penalties applied as nbgrader
+applies them.
+
+Problem set 2 is the cheapest to grade. Its honest reference points: the unfused loop version
+(`class FusedGroupNormGELU(GroupNormGELU): pass`) is correct but neither fused nor fast: 3 of 10;
+a blank notebook: 0.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+
+import nbformat
+import pytest
+
+from grader import demo
+from grader.grade import DISAGREEMENTS_FILE, grade
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PS = "ps2"
+SECRET = "instructor-secret-7f3a91"
+PASS_CLASS = "class FusedGroupNormGELU(GroupNormGELU):\n    pass\n"
+BLANK = None  # the release notebook's stub, untouched
+# A line of the reference solution that no other notebook of ps2 contains.
+REFERENCE_LINE = "xs = x.view(rows, self.groups, d // self.groups)"
+
+# Attacks inside the solution cell: the pipeline reads these cells, so the static check meets them.
+SOLUTION_ATTACKS = {
+    "patch_evaluation": PASS_CLASS + "from grader.check import Evaluation\n"
+                                     "Evaluation.require = lambda self, name: None\n"
+                                     "Evaluation.points = lambda self, name, p, c=1.0: float(p)\n",
+    "forge_worker_result": PASS_CLASS + (
+        "import os\n"
+        "for fd in range(3, 1024):\n"
+        "    try:\n"
+        "        os.write(fd, b'{\"status\": \"ok\", \"checks\": {}}')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "os._exit(0)\n"),
+    "patch_json_dump": PASS_CLASS + "import json\n_dump = json.dumps\n"
+                                    "json.dumps = lambda o, **k: _dump({**o, 'status': 'ok'}, **k)\n",
+    "patch_grader_class": PASS_CLASS + "import grader.targets\n"
+                                       "grader.targets.SpeedTarget.fraction_of_reference = 0.0\n",
+    "flip_dynamo_config": PASS_CLASS + "torch._dynamo.config.suppress_errors = True\n",
+    "read_source_in_worker": PASS_CLASS.replace(
+        "    pass\n", "    def forward(self, x):\n        raise ValueError(open('/etc/hostname').read())\n"),
+}
+# Attacks in an extra cell the student added: they run only in the notebook's kernel.
+KERNEL_ATTACKS = {
+    "rebind_run_test": (BLANK, "def run_test(grade_id, *objects):\n"
+                               "    print('[PASS] everything')\n"
+                               "    return 3.0 if grade_id.endswith('speed') else None\n"),
+    "patch_cell_scores": (PASS_CLASS, (
+        "import grader.check as gc\n"
+        "gc.CellScore.from_dict = classmethod(lambda cls, d: cls(d['grade_id'], d['max_points'], "
+        "d['max_points'], d['partial'], '[PASS] all good'))\n")),
+    "snoop": (BLANK, None),      # filled in below: it needs the course's paths
+    "leftover_process": (BLANK, "import subprocess\n"
+                                "subprocess.Popen(['sh', '-c', 'sleep 7654.3 & sleep 7654.3 & wait'],"
+                                " start_new_session=True)\n"),
+}
+HONEST = {"honest_pass": (PASS_CLASS, None)}   # and ada_full, the demo's full solution
+EXPECTED = {"honest_pass": 3, "ada_full": 10, "patch_cell_scores": 3, "rebind_run_test": 0,
+            "snoop": 0, "leftover_process": 0, **{name: 0 for name in SOLUTION_ATTACKS}}
+
+
+def _snoop_code(course: str) -> str:
+    targets = [os.path.join(course, "source"), os.path.join(course, "gradebook.db"),
+               os.path.join(course, "submitted"), os.path.join(ROOT, "source"), "/root", "/tmp",
+               os.path.expanduser("~")]
+    return ("import os\n"
+            "print('ENV', dict(os.environ))\n"
+            f"for top in {targets!r}:\n"
+            "    for root, dirs, files in os.walk(top):\n"
+            "        for name in files:\n"
+            "            path = os.path.join(root, name)\n"
+            "            print('FOUND', path)\n"
+            "            try:\n"
+            "                print(open(path, errors='replace').read()[:20000])\n"
+            "            except Exception as exc:\n"
+            "                print('ERR', path, exc)\n")
+
+
+def _notebook(release_nb, solution: str | None, extra: str | None):
+    nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
+    for index, cell in enumerate(nb.cells):
+        if (cell.metadata.get("nbgrader") or {}).get("solution") and cell.cell_type == "code":
+            if solution is not None:
+                cell.source = solution
+            if extra is not None:
+                nb.cells.insert(index + 1, nbformat.v4.new_code_cell(extra))
+            break
+    return nb
+
+
+def _write(course: str, student: str, nb, timestamp: str = "2026-12-01 12:00:00.000000 UTC"):
+    folder = os.path.join(course, "submitted", student, PS)
+    os.makedirs(folder, exist_ok=True)
+    nbformat.write(nb, os.path.join(folder, f"{PS}.ipynb"))
+    with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
+        fh.write(timestamp + "\n")
+
+
+def _scores(course: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + os.path.join(course, "gradebook.db")) as gb:
+        return {s.student_id: float(s.score) for s in gb.assignment_submissions(PS)}
+
+
+def _feedback(course: str, student: str) -> str:
+    folder = os.path.join(course, "feedback", student, PS)
+    return "".join(open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder))
+                   if f.endswith(".html"))
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    course = str(tmp_path_factory.mktemp("attacks") / "course")
+    demo.build_demo_course(ROOT, [PS], folder=course, cohort={"ada_full": "ada_full"})
+    release_nb = nbformat.read(os.path.join(course, "release", PS, f"{PS}.ipynb"), as_version=4)
+    for student, code in SOLUTION_ATTACKS.items():
+        _write(course, student, _notebook(release_nb, code, None))
+    for student, (solution, extra) in {**KERNEL_ATTACKS, **HONEST}.items():
+        extra = _snoop_code(course) if student == "snoop" else extra
+        _write(course, student, _notebook(release_nb, solution, extra))
+    os.environ["COURSE_SECRET_TEST"] = SECRET  # an instructor's secret in the grading process
+    try:
+        run = grade(course, [PS], workers=2, cell_timeout_s=demo.DEMO_CELL_TIMEOUT_S)
+    finally:
+        os.environ.pop("COURSE_SECRET_TEST", None)
+    return run
+
+
+def test_no_attack_scores_above_the_same_code_graded_honestly(attacked):
+    scores = _scores(attacked.course)
+    assert scores == pytest.approx(EXPECTED), scores
+    by_student = {o.submission.student: o for o in attacked.outcomes}
+    assert all(o.status == "graded" for o in by_student.values()), \
+        {s: o.reason for s, o in by_student.items() if o.status != "graded"}
+
+
+def test_solution_cell_attacks_are_refused_naming_the_line(attacked):
+    for student in SOLUTION_ATTACKS:
+        page = _feedback(attacked.course, student)
+        assert "your solution was not run" in page and "cell 7, line " in page, student
+
+
+def test_what_the_kernel_showed_is_replaced_and_the_disagreement_reported(attacked):
+    for student in ("rebind_run_test", "patch_cell_scores"):
+        path = os.path.join(attacked.course, "autograded", student, PS, DISAGREEMENTS_FILE)
+        rows = json.load(open(path))
+        assert rows, student
+        page = _feedback(attacked.course, student)
+        assert "disagreed with the grader" in page, student
+        assert "[PASS] everything" not in page and "[PASS] all good" not in page, student
+    report = open(attacked.report_path).read()
+    assert "disagreed with the grader" in report and "rebind_run_test" in report
+
+
+def test_nothing_secret_reaches_the_feedback(attacked):
+    reference = open(os.path.join(ROOT, "source", PS, f"{PS}.ipynb")).read()
+    assert REFERENCE_LINE in reference  # the line really is the reference's
+    for student in list(SOLUTION_ATTACKS) + list(KERNEL_ATTACKS):
+        page = _feedback(attacked.course, student)
+        assert REFERENCE_LINE not in page, student
+        assert SECRET not in page, student
+        assert "ada_full" not in page, student            # another student
+        assert "BEGIN SOLUTION" not in page, student
+    snoop = _feedback(attacked.course, "snoop")
+    assert "ENV" in snoop  # the snooping cell did run, and found nothing of the above
+
+
+def test_nothing_a_submission_started_is_left_running(attacked):
+    left = subprocess.run(["pgrep", "-f", "sleep 7654.3"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+def test_honest_submissions_keep_their_demo_scores(attacked):
+    expected = demo.expected_scores()[PS]
+    assert _scores(attacked.course)["ada_full"] == expected["ada_full"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand grading, timestamps and late penalties
+
+def test_regrade_keeps_manual_grades_and_applies_timestamps_and_late_penalties(tmp_path):
+    from nbgrader.api import Gradebook
+
+    course = str(tmp_path / "course")
+    demo.build_demo_course(ROOT, [PS], folder=course, cohort={})
+    release_nb = nbformat.read(os.path.join(course, "release", PS, f"{PS}.ipynb"), as_version=4)
+    _write(course, "on_time", _notebook(release_nb, None, None), "2026-11-20 09:30:00.000000 UTC")
+    _write(course, "late", _notebook(release_nb, None, None), "2026-12-02 09:30:00.000000 UTC")
+    with open(os.path.join(course, "nbgrader_config.py"), "a") as fh:
+        fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    grade(course, [PS], workers=1, cell_timeout_s=120)
+    url = "sqlite:///" + os.path.join(course, "gradebook.db")
+    with Gradebook(url) as gb:
+        gb.update_or_create_assignment(PS, duedate="2026-12-01 00:00:00 UTC")
+        for student in ("on_time", "late"):
+            g = gb.find_grade("ps2-q1-speed", PS, PS, student)
+            g.manual_score = 2.0
+            c = gb.find_comment("ps2-q1-solution", PS, PS, student)
+            c.manual_comment = "good try"
+        gb.db.commit()
+    run = grade(course, [PS], workers=1, cell_timeout_s=120, regrade=True)
+    assert {o.status for o in run.outcomes} == {"graded"}
+    with Gradebook(url) as gb:
+        for student in ("on_time", "late"):
+            sub = gb.find_submission(PS, student)
+            assert gb.find_grade("ps2-q1-speed", PS, PS, student).manual_score == 2.0
+            assert gb.find_comment("ps2-q1-solution", PS, PS, student).manual_comment == "good try"
+            assert sub.timestamp is not None and sub.timestamp.day in (20, 2)
+        late_nb = gb.find_submission_notebook(PS, PS, "late")
+        on_time_nb = gb.find_submission_notebook(PS, PS, "on_time")
+        assert late_nb.late_submission_penalty == 2.0       # "zero": the whole score
+        assert not on_time_nb.late_submission_penalty
+    with open(run.csv_path) as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh) if r["assignment"] == PS}
+    assert rows["on_time"]["timestamp"].startswith("2026-11-20")
+    assert float(rows["on_time"]["score"]) == 2.0
+    assert float(rows["late"]["score"]) == 0.0 and float(rows["late"]["late_submission_penalty"]) == 2.0

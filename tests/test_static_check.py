@@ -1,0 +1,126 @@
+"""The static check: every reference solution and honest demo submission passes; what forges a
+grade or reads secrets is refused with its line; the same check runs in self-check."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from grader import assign, demo
+from grader.source import Cell, solution_cells
+from grader.static_check import check_cells, describe
+
+ROOT = assign.COURSE_ROOT
+
+
+def refused(source: str, allowed_config=()) -> list[str]:
+    return [str(r) for r in check_cells([Cell("cell 6", textwrap.dedent(source))], allowed_config)]
+
+
+@pytest.mark.parametrize("ps", assign.assignments(ROOT))
+def test_every_reference_solution_passes(ps):
+    cells = solution_cells(os.path.join(ROOT, "source", ps, f"{ps}.ipynb"))
+    code = [c for c in cells if "### BEGIN SOLUTION" in c.source]
+    assert code and check_cells(code) == []
+
+
+def test_the_demo_personas_that_are_honest_attempts_pass():
+    for ps, personas in demo.demo_solutions(ROOT).items():
+        for persona, cells in personas.items():
+            assert check_cells([Cell(gid, src) for gid, src in cells.items()]) == [], (ps, persona)
+
+
+@pytest.mark.parametrize("source, why", [
+    ("import os\n", "the `os` module is not available"),
+    ("from grader.check import Evaluation\nEvaluation.require = lambda s, n: None\n",
+     "the `grader` module is not available"),
+    ("class F(Original):\n    pass\nOriginal.forward = lambda self, x: x\n",
+     "attributes of `self` only"),
+    ("torch.compile = lambda m, **k: m\n", "attributes of `self` only"),
+    ("torch._dynamo.config.suppress_errors = True\n", "is private"),
+    ("class F(Original):\n    def forward(self, x):\n        return open('/x').read()\n", "`open`"),
+    ("class F(Original):\n    def forward(self, x):\n        return self.forward.__globals__\n",
+     "double-underscore attribute"),
+    ("class F(Original):\n    def forward(self, x):\n        return getattr(self, 'fc1')(x)\n",
+     "`getattr`"),
+    ("s = '{0.forward}'\n", "format field"),
+    ("s = 'a__b'\n", "double underscore"),
+    ("print('hello')\n", "only imports, definitions and assignments"),
+    ("while True:\n    pass\n", "only imports, definitions and assignments"),
+    ("m = Original()\n", "would run when the cell is loaded"),
+    ("class F(Original):\n    print('at class creation')\n", "directly in a class body"),
+    ("class F(Original, metaclass=type):\n    pass\n", "class keywords"),
+    ("@functools.lru_cache\ndef f(x):\n    return x\n", "decorator"),
+    ("class F(Original):\n    def forward(self, x):\n        torch.set_num_threads(8)\n        return x\n",
+     "process-wide torch state"),
+    ("class F(Original):\n    def forward(self, x):\n        return x.data_ptr()\n", "`.data_ptr`"),
+    ("class F(Original):\n    def forward(self, x):\n        return self.fc1._parameters\n",
+     "private attributes of `self` only"),
+    ("from torch.utils import cpp_extension\n", "`cpp_extension` is not available"),
+    ("import torch.hub\n", "loads code or files"),
+    ("async def f():\n    pass\n", "`async`"),
+    ("def f(:\n", "not valid Python"),
+    ("class F(Original):\n    # YOUR CODE HERE\n    raise NotImplementedError()\n",
+     "has not been written yet"),
+])
+def test_refused_with_the_line_and_why(source, why):
+    found = refused(source)
+    assert any(why in r for r in found), found
+    assert all(r.startswith("cell 6, line ") for r in found)
+
+
+def test_what_a_solution_needs_is_allowed():
+    assert refused("""
+        import math
+        from functools import partial
+        import torch.nn.functional as F
+        EPS = 1e-6
+        SCALE = torch.tensor([1.0, 2.0])
+        act = lambda x: torch.tanh(x) * 1.5
+
+        def helper(h, mask):
+            '''Mean of h where mask holds (a __doc__ may say anything).'''
+            return torch.where(mask, h, 0.0).sum() / mask.sum()
+
+        class FixedModel(Original):
+            compile_mode = "reduce-overhead"
+            calls = [0]
+
+            def __init__(self):
+                super().__init__()
+                self._cache = {}
+
+            @property
+            def width(self):
+                return self.fc1.out_features
+
+            @torch.no_grad()
+            def forward(self, x):
+                self.calls[0] += 1
+                self._cache["x"] = x
+                print("debugging is a graph break, not a refusal", x.shape)
+                h = torch._check(x.shape[0] > 0) or self.fc1(x)
+                return F.gelu(h) * math.sqrt(2.0) + helper(h, h > 0) * EPS
+        """) == []
+
+
+def test_a_config_the_problem_allows_may_be_set_at_the_top_of_the_cell():
+    line = "torch._inductor.config.freezing = True\n"
+    assert refused(line, {"torch._inductor.config.freezing"}) == []
+    assert refused(line)
+
+
+def test_describe_names_every_refusal():
+    text = describe(check_cells([Cell("cell 6", "import os\nimport sys\n")]))
+    assert "cell 6, line 1" in text and "cell 6, line 2" in text
+
+
+def test_self_check_refuses_before_running_anything():
+    # evaluate() screens in this process: no worker starts, the result says why.
+    from grader.check import evaluate
+
+    ev = evaluate("ps1.q1", cells=[Cell("cell 6", "import os\nos.system('true')\n")],
+                  reference="off")
+    assert ev.status == "refused" and "cell 6, line 1" in ev.result["message"]
+    assert "sandbox" not in ev.result  # no worker ran
