@@ -389,3 +389,10 @@ def install_dynamo_hooks() -> None:
     this call does not mistake them for the learner's."""
     with quiet_torch_logs():
         torch.compile(torch.nn.Identity(), backend="eager")(torch.zeros(1))
+
+
+def tensor_base_namespace() -> dict[str, dict]:
+    """Where ``torch.Tensor``'s methods really live (``torch._C.TensorBase``, named
+    ``_TensorBase`` before 2.3): the worker's tamper snapshot watches it too."""
+    base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
+    return {"torch._C.TensorBase": dict(vars(base))} if base is not None else {}

@@ -302,9 +302,9 @@ def check(key: str, *objects, **options) -> Evaluation:
 
             floors = self_check_target(evaluation.problem).floors
             classes = ", ".join(sorted(floors)) or "none"
-            print(f"(self-check: speed compared with the floor shipped for this device class "
-                  f"(floors exist for: {classes}); the final grade measures your speedup against "
-                  f"the reference solution)")
+            print(f"(self-check: speed compared with the shipped floor for this device class; "
+                  f"floors are shipped for: {classes}; the final grade measures your speedup "
+                  f"against the reference solution)")
     return dataclasses.replace(evaluation, printed=True)
 
 

@@ -114,7 +114,7 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
         made = {**personas_for(assignment, release_nb, source_nb,
                                demo_solutions(course).get(assignment)),
                 "hal_corrupt": raw[: len(raw) // 2]}
-        for student, persona in (cohort or {p: p for p in PERSONAS}).items():
+        for student, persona in (cohort if cohort is not None else {p: p for p in PERSONAS}).items():
             _write(demo, student, assignment, name, made[persona])
     return demo
 

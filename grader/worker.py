@@ -78,7 +78,7 @@ def _watched_namespaces() -> dict[str, dict]:
     spaces = {
         "torch": vars(torch), "torch.nn.functional": vars(F),
         "torch.Tensor": dict(vars(torch.Tensor)), "torch.nn.Module": dict(vars(torch.nn.Module)),
-        "torch._C.TensorBase": dict(vars(torch._C.TensorBase)),
+        **ti.tensor_base_namespace(),
         "torch.cuda": vars(torch.cuda), "torch.compiler": vars(torch.compiler),
         "torch._dynamo": vars(torch._dynamo), "torch.nn": vars(torch.nn),
     }

@@ -52,7 +52,8 @@ SOLUTION_ATTACKS = {
 }
 # Attacks in an extra cell the student added: they run only in the notebook's kernel.
 KERNEL_ATTACKS = {
-    "rebind_run_test": (BLANK, "def run_test(grade_id, *objects):\n"
+    "rebind_run_test": (BLANK, "FusedGroupNormGELU = object\n"
+                               "def run_test(grade_id, *objects):\n"
                                "    print('[PASS] everything')\n"
                                "    return 3.0 if grade_id.endswith('speed') else None\n"),
     "patch_cell_scores": (PASS_CLASS, (
@@ -113,6 +114,15 @@ def _scores(course: str) -> dict[str, float]:
         return {s.student_id: float(s.score) for s in gb.assignment_submissions(PS)}
 
 
+def _test_cell_outputs(course: str, student: str) -> str:
+    """What the graded notebook's test cells show (the feedback renders these)."""
+    nb = nbformat.read(os.path.join(course, "autograded", student, PS, f"{PS}.ipynb"), as_version=4)
+    return "".join(str(o.get("text", "")) + str(o.get("evalue", ""))
+                   for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("grade")
+                   and not (c.metadata.get("nbgrader") or {}).get("solution")
+                   for o in c.get("outputs", []))
+
+
 def _feedback(course: str, student: str) -> str:
     folder = os.path.join(course, "feedback", student, PS)
     return "".join(open(os.path.join(folder, f)).read() for f in sorted(os.listdir(folder))
@@ -158,7 +168,9 @@ def test_what_the_kernel_showed_is_replaced_and_the_disagreement_reported(attack
         assert rows, student
         page = _feedback(attacked.course, student)
         assert "disagreed with the grader" in page, student
-        assert "[PASS] everything" not in page and "[PASS] all good" not in page, student
+        shown = _test_cell_outputs(attacked.course, student)
+        assert "[PASS] everything" not in shown and "[PASS] all good" not in shown, student
+        assert "[FAIL] ps2.q1" in shown, student
     report = open(attacked.report_path).read()
     assert "disagreed with the grader" in report and "rebind_run_test" in report
 

@@ -278,7 +278,7 @@ def test_solved_problem_set_installs_the_course_and_self_checks(runtime):
     assert "[FAIL]" not in text, text
     assert "shipped floor" in text and "measured against the reference" not in text, text
     # the visible test cells print their verdicts too
-    assert f"[PASS] {PS}.q1 outputs match the original" in _stream(_cell(nb, "ev.require(\"correctness\")"))
+    assert f"[PASS] {PS}.q1 outputs match the original" in _stream(_cell(nb, f"run_test(\"{PS}-q1-correctness\""))
 
 
 def test_wrong_attempt_self_check_prints_the_hint(runtime):

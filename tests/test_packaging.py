@@ -59,3 +59,43 @@ def test_venv_and_student_data_are_ignored_by_git():
     ignored = open(os.path.join(ROOT, ".gitignore")).read().split()
     for entry in (".venv/", "submitted/", "autograded/", "feedback/", "gradebook.db"):
         assert entry in ignored
+
+
+def test_the_published_package_carries_no_answers():
+    """Students and Colab install grader/: no line of a reference solution (nor of the demo
+    cohort's near-answers, which live in source/) may be in it."""
+    import glob
+    import json
+
+    package = "".join(open(p).read() for p in glob.glob(os.path.join(ROOT, "grader", "**", "*"),
+                                                        recursive=True)
+                      if os.path.isfile(p) and p.endswith((".py", ".json")))
+    lines = set()
+    for path in glob.glob(os.path.join(ROOT, "source", "ps*", "*.ipynb")):
+        for cell in json.load(open(path))["cells"]:
+            text = "".join(cell["source"])
+            if "### BEGIN SOLUTION" in text and cell["cell_type"] == "code":
+                body = text.split("### BEGIN SOLUTION", 1)[1].split("### END SOLUTION", 1)[0]
+                lines |= {ln.strip() for ln in body.splitlines() if len(ln.strip()) > 25}
+    import runpy
+
+    demo = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]
+    for personas in demo.values():
+        for cells in personas.values():
+            for code in cells.values():
+                lines |= {ln.strip() for ln in code.splitlines() if len(ln.strip()) > 25
+                          and "def forward" not in ln and "class " not in ln}
+    assert lines, "no reference lines found: the test would pass vacuously"
+    # Lines the given (original) models have too are the task, not the answer.
+    import inspect
+
+    from grader.problems import get_problem, test_cells
+    given = ""
+    for ps in ("ps1", "ps2", "ps3", "ps4"):
+        for cell in test_cells(ps).values():
+            for key in cell.problems:
+                model = get_problem(key).make_baseline("cpu")
+                given += "".join(inspect.getsource(k) for k in type(model).__mro__
+                                 if k.__module__.startswith("grader."))
+    leaked = sorted(ln for ln in lines if ln in package and ln not in given)
+    assert leaked == [], leaked

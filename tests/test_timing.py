@@ -179,17 +179,23 @@ def test_args_cycle_through_the_pool():
     inputs = pool(5)
     fns = {"a": clock.fn("a", SLOW), "b": clock.fn("b", FAST)}
     res = compare(fns, inputs, baseline="a", clock=clock, trials=6)
-    index = {id(args[0]): i for i, args in enumerate(inputs)}
     blocks = clock.blocks()[-6 * 2:]
+    seen_objects = set()
     for t in range(6):
         for block in blocks[2 * t: 2 * t + 2]:
-            got = [index[id(entry[2][0])] for entry in block]
+            got = [int(entry[2][0][0]) for entry in block]  # input i is full of i
             # Both callables of a round see the same inputs, in pool order from t * reps.
             assert got == [(t * res.reps + i) % 5 for i in range(res.reps)]
-            # Distinct inputs on consecutive calls (no memo by identity pays).
+            # Distinct inputs on consecutive calls (no memo by value pays) ...
             assert all(a != b for a, b in zip(got, got[1:]))
-    # The whole pool is used, not just its first tuple.
-    used = {index[id(e[2][0])] for e in clock.log if e[0] == "call"}
+            for entry in block:
+                tensor = entry[2][0]
+                # ... and every call gets a new tensor object on the same data (no memo by
+                # identity pays either, and nothing is copied).
+                assert id(tensor) not in seen_objects and all(tensor is not x[0] for x in inputs)
+                assert tensor.data_ptr() == inputs[int(tensor[0])][0].data_ptr()
+                seen_objects.add(id(tensor))
+    used = {int(e[2][0][0]) for e in clock.log if e[0] == "call"}
     assert used == set(range(5))
 
 
