@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 
 import nbformat
@@ -71,10 +72,18 @@ EXPECTED = {"honest_pass": 3, "ada_full": 10, "patch_cell_scores": 3, "rebind_ru
 
 
 def _snoop_code(course: str) -> str:
+    """Print the reference solutions, the gradebook, the environment and what lies around."""
     targets = [os.path.join(course, "source"), os.path.join(course, "gradebook.db"),
                os.path.join(course, "submitted"), os.path.join(ROOT, "source"), "/root", "/tmp",
                os.path.expanduser("~")]
-    return ("import os\n"
+    return ("import glob, os\n"
+            f"found = glob.glob({os.path.join(course, 'source', '*', '*.ipynb')!r})\n"
+            "print('SOURCE-FILES:', len(found))\n"
+            "for path in found:\n"
+            "    try:\n"
+            "        print(open(path).read())\n"
+            "    except Exception as exc:\n"
+            "        print('ERR', path, exc)\n"
             "print('ENV', dict(os.environ))\n"
             f"for top in {targets!r}:\n"
             "    for root, dirs, files in os.walk(top):\n"
@@ -82,7 +91,7 @@ def _snoop_code(course: str) -> str:
             "            path = os.path.join(root, name)\n"
             "            print('FOUND', path)\n"
             "            try:\n"
-            "                print(open(path, errors='replace').read()[:20000])\n"
+            "                print(open(path, errors='replace').read()[:2000])\n"
             "            except Exception as exc:\n"
             "                print('ERR', path, exc)\n")
 
@@ -130,8 +139,11 @@ def _feedback(course: str, student: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
-    course = str(tmp_path_factory.mktemp("attacks") / "course")
+def attacked():
+    # Beside the checkout, like the real course (not under /tmp, which an older sandbox hid by
+    # accident): the snooping cell knows exactly where source/ is.
+    course = os.path.join(ROOT, "build", "test-attacks-course")
+    shutil.rmtree(course, ignore_errors=True)
     demo.build_demo_course(ROOT, [PS], folder=course, cohort={"ada_full": "ada_full"})
     release_nb = nbformat.read(os.path.join(course, "release", PS, f"{PS}.ipynb"), as_version=4)
     for student, code in SOLUTION_ATTACKS.items():
@@ -185,7 +197,7 @@ def test_nothing_secret_reaches_the_feedback(attacked):
         assert "ada_full" not in page, student            # another student
         assert "BEGIN SOLUTION" not in page, student
     snoop = _feedback(attacked.course, "snoop")
-    assert "ENV" in snoop  # the snooping cell did run, and found nothing of the above
+    assert "ENV" in snoop and "SOURCE-FILES: 0" in snoop  # it ran, and found no source/
 
 
 def test_nothing_a_submission_started_is_left_running(attacked):
