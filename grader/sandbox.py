@@ -347,7 +347,7 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
     preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
     started = time.monotonic()
     channel: list[bytes] = []
-    reader = None
+    output: list[bytes] = []
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, pass_fds=pass_fds,
@@ -357,26 +357,42 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
         _close(read_fd, write_fd)
         give_back_uid(uid)
         return Finished(None, f"could not start: {exc}".encode(), False, 0.0)
+    readers = [threading.Thread(target=lambda: output.append(proc.stdout.read()), daemon=True),
+               threading.Thread(target=_feed, args=(proc, data), daemon=True)]
     if write_fd is not None:
         os.close(write_fd)
-        reader = threading.Thread(target=_drain, args=(read_fd, channel), daemon=True)
+        readers.append(threading.Thread(target=_drain, args=(read_fd, channel), daemon=True))
+    for reader in readers:
         reader.start()
     timed_out = False
     try:
-        output, _ = proc.communicate(data, timeout=limits.timeout_s)
+        # Wait for the process, not for the end of its output: something it started may hold
+        # the pipes open after it ended. Then nothing of it is left running.
+        proc.wait(timeout=limits.timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
         _kill_group(proc)
-        output, _ = proc.communicate()
+        proc.wait()
     finally:
         _kill_leftovers(token)
-        if reader is not None:
+        for reader in readers:
             reader.join(timeout=10)
-            if reader.is_alive():  # something still holds the pipe open: give up on it
-                channel.clear()
+        if readers[-1].is_alive() and write_fd is not None:  # the channel is still held open
+            channel.clear()
         give_back_uid(uid)
-    return Finished(proc.returncode, output or b"", timed_out, time.monotonic() - started,
+    return Finished(proc.returncode, b"".join(output), timed_out, time.monotonic() - started,
                     b"".join(channel))
+
+
+def _feed(proc: subprocess.Popen, data: bytes) -> None:
+    """Write ``data`` to the process's stdin and close it (a process that stops reading early
+    just loses the rest)."""
+    try:
+        if data:
+            proc.stdin.write(data)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def fcntl_dup_high(fd: int) -> int:
@@ -393,7 +409,10 @@ def _drain(fd: int, sink: list[bytes]) -> None:
     except OSError:
         pass
     finally:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def _close(*fds) -> None:
