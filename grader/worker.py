@@ -119,7 +119,23 @@ def snapshot(allowed_config: frozenset = frozenset()) -> dict[tuple[str, str], o
     return snap
 
 
-def tampering(before: dict, threads_before: int,
+def _learner_threads(threads_before: set[int]) -> list[str]:
+    """Threads started since the snapshot whose code is the learner's (torch starts its own
+    threads while compiling; those are not tampering)."""
+    found = []
+    for thread in threading.enumerate():
+        if thread.ident in threads_before:
+            continue
+        target = getattr(thread, "_target", None)
+        code = getattr(getattr(target, "__func__", target), "__code__", None) if target else \
+            getattr(type(thread).run, "__code__", None)
+        filename = getattr(code, "co_filename", "")
+        if filename.startswith("<cell") or not filename or filename.startswith("<"):
+            found.append("started a background thread")
+    return found[:1]
+
+
+def tampering(before: dict, threads_before: set[int],
               allowed_config: frozenset = frozenset()) -> list[str]:
     """What the learner's code replaced or changed (empty when nothing)."""
     after = snapshot(allowed_config)
@@ -131,8 +147,7 @@ def tampering(before: dict, threads_before: int,
                         if not _DYNAMO_GENERATED.match(added)]
         elif now != value:
             changed.append(f"{space}.{name}")
-    if threading.active_count() > threads_before:
-        changed.append("started a background thread")
+    changed += _learner_threads(threads_before)
     return sorted(changed)
 
 
@@ -149,7 +164,7 @@ class Guard:
     """Compares with the snapshot after each call into learner code."""
 
     before: dict
-    threads: int
+    threads: set[int]
     allowed_config: frozenset
 
     def check(self) -> None:
@@ -402,7 +417,7 @@ def run_checks(spec: dict) -> dict:
         return result
     allowed = frozenset(problem.allowed_config)
     ti.install_dynamo_hooks()
-    guard = Guard(snapshot(allowed), threading.active_count(), allowed)
+    guard = Guard(snapshot(allowed), {t.ident for t in threading.enumerate()}, allowed)
     namespace = _namespace_for(problem_module)
     try:
         try:
