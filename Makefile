@@ -19,11 +19,12 @@ ASSIGNMENT ?=
 WORKERS ?= 1
 SIZE ?= ci
 
-.PHONY: setup test lab bench gpu-check release grade bench-grade clean help
+.PHONY: setup test test-oldest lab bench gpu-check release grade bench-grade clean help
 
 help:
 	@echo "make grade     grade submitted/ (or the bundled demo cohort) into the gradebook"
 	@echo "make test      set up and run the test suite"
+	@echo "make test-oldest  the grader's tests and the chapters on the oldest supported torch"
 	@echo "make lab       JupyterLab on the course with nbgrader's extensions"
 	@echo "make release   regenerate release/ from source/"
 	@echo "make bench     grader and workload figures for this machine (bench-results/)"
@@ -47,6 +48,22 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(PY) -m pytest -q --durations=15 tests
+
+# The oldest torch the course supports (pyproject.toml: torch>=2.6), in a venv of its own: the
+# grader's tests and the chapters at CI size. Not part of `make test` (it downloads ~3 GB).
+OLDEST_PINS ?= torch==2.6.0 torchvision==0.21.0
+OLDEST_VENV := .venv-oldest
+OLDEST_TESTS ?= tests --ignore=tests/test_browser.py --ignore=tests/test_colab_runtime.py --ignore=tests/test_packaging.py
+$(OLDEST_VENV)/.setup-done: pyproject.toml
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON_SYS) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install -q $(OLDEST_PINS)
+	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[course,dev]' $(OLDEST_PINS)
+	$(OLDEST_VENV)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@
+
+test-oldest: setup $(OLDEST_VENV)/.setup-done
+	PATH=$(abspath $(OLDEST_VENV))/bin:$$PATH $(OLDEST_VENV)/bin/python -m pytest -q --durations=10 $(OLDEST_TESTS)
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=.
@@ -73,5 +90,5 @@ gpu-check: setup
 	$(PY) -m grader.gpu_check_chapters --size full --out bench-results/gpu-check-chapters.md
 
 clean:
-	rm -rf $(VENV) bench-results reports autograded feedback gradebook.db .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) bench-results reports autograded feedback gradebook.db .pytest_cache
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -253,23 +253,6 @@ def fresh_inductor_cache() -> contextlib.AbstractContextManager:
     return maker()
 
 
-@contextlib.contextmanager
-def count_generated_kernels() -> Iterator[dict]:
-    """Count the kernels Inductor generates inside the block.
-
-    Yields a dict whose ``"kernels"`` entry is filled in when the block ends.
-    """
-    from torch._inductor import metrics
-
-    result: dict[str, Any] = {}
-    metrics.reset()
-    try:
-        yield result
-    finally:
-        result["kernels"] = int(metrics.generated_kernel_count)
-        metrics.reset()
-
-
 def run_and_get_code(fn: Callable, *args) -> tuple[Any, list[str]]:
     """Call a compiled ``fn`` and return its result and the source of the code Inductor wrote."""
     from torch._inductor.utils import run_and_get_code as _run_and_get_code
@@ -396,3 +379,11 @@ def tensor_base_namespace() -> dict[str, dict]:
     ``_TensorBase`` before 2.3): the worker's tamper snapshot watches it too."""
     base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
     return {"torch._C.TensorBase": dict(vars(base))} if base is not None else {}
+
+
+def warm_inductor(device: str = "cpu") -> None:
+    """One tiny Inductor compile in a throwaway cache: the first compile of a process also
+    starts the compile workers and loads the C++/Triton toolchain, a one-time cost that must
+    not be charged to whichever real compile comes first."""
+    with fresh_inductor_cache(), quiet_torch_logs():
+        torch.compile(lambda t: t + 1)(torch.ones(2, device=device))

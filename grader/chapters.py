@@ -20,7 +20,6 @@ import json
 import math
 import os
 import platform
-import re
 import sys
 import time
 from typing import Callable, Iterable, Iterator, Sequence
@@ -28,6 +27,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import torch
 
 from . import _torch_internals as ti
+from .fusion import kernel_sources
 from .targets import device_class
 from .timing import Estimate, time_per_call
 
@@ -121,15 +121,6 @@ def inductor_config(**options) -> contextlib.AbstractContextManager:
 
 # ---------------------------------------------------------------------------------------------
 # Generated code
-
-_KERNEL = re.compile(r"async_compile\.(?:cpp_pybinding|cpp|triton)\((?P<args>.*?)r?'''(?P<src>.*?)'''",
-                     re.S)
-
-
-def kernel_sources(code: str) -> list[str]:
-    """The source of each kernel (C++ or Triton) in the Python module Inductor wrote."""
-    return [m["src"].strip("\n") for m in _KERNEL.finditer(code)]
-
 
 def show_code(code: str, max_lines: int = 60) -> None:
     """Print the kernels in Inductor's output code, each cut to ``max_lines`` lines."""

@@ -38,6 +38,7 @@ CHECK_TITLES = {
     "recompiles": "no recompiles",
     "fusion": "kernel count",
     "speed": "speedup target",
+    "job": "total time for the job (compile + calls)",
 }
 
 
@@ -264,7 +265,7 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     if refusals:
         return Evaluation(problem, {"status": "refused", "problem": key,
                                     "message": static_check.describe(refusals)})
-    timed = "speed" in problem.checks and (checks is None or "speed" in checks)
+    timed = any(c in problem.checks and (checks is None or c in checks) for c in ("speed", "job"))
     ref = reference_cells(problem, course_root) if reference == "auto" and timed else None
     device = device or default_device()
     spec = {
@@ -294,6 +295,10 @@ def check(key: str, *objects, **options) -> Evaluation:
     """Self-check: evaluate and print every verdict with its hint. Returns the evaluation."""
     evaluation = evaluate(key, *objects, **options)
     print(evaluation)
+    if evaluation.status == "ok" and "job" in evaluation.result["checks"] \
+            and not evaluation.with_reference:
+        print("(self-check: the job's total time is compared with eager only; the final grade "
+              "also compares it with the reference's choice, in the same run)")
     if evaluation.status == "ok" and "speed" in evaluation.result["checks"]:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")

@@ -50,11 +50,15 @@ class SpeedTarget:
     - ``faster_than_baseline``: the learner's version must beat the baseline outright.
     - ``floors``: optional absolute minimum speedups per device class (see :func:`device_class`),
       used on top of the relative target, and alone by self-check.
+    - ``min_speedup``: for a job (:func:`judge_job`), a bar over the baseline on every device:
+      above 1.0 compiling must pay by that much; below 1.0 the job may be that much slower
+      than the baseline (a short job where not compiling is the right call).
     """
 
     fraction_of_reference: float | None = 0.85
     faster_than_baseline: bool = True
     floors: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    min_speedup: float | None = None
 
     def describe(self, dev_class: str, with_reference: bool) -> str:
         parts = []
@@ -64,6 +68,8 @@ class SpeedTarget:
             parts.append("faster than the baseline")
         if dev_class in self.floors:
             parts.append(f">= {self.floors[dev_class]:.2f}x on {dev_class} (floor)")
+        if self.min_speedup is not None:
+            parts.append(f">= {self.min_speedup:.2f}x the baseline's speed")
         return ", ".join(parts) or "none"
 
 
@@ -205,12 +211,53 @@ def verdict_from_samples(samples: Mapping[str, Sequence[float]], target: SpeedTa
     return _overall(conds), conds
 
 
+def job_totals(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
+               calls: int, confidence: float = CONFIDENCE) -> dict[str, Estimate]:
+    """Seconds for a job of ``calls`` calls: the first call (the cold compile) plus ``calls``
+    times the seconds per call, with the per-call interval carried through."""
+    totals = {}
+    for name, seconds in samples.items():
+        per = Estimate.of(seconds, confidence)
+        first = float(first_call_s.get(name, 0.0))
+        totals[name] = Estimate(first + calls * per.median, first + calls * per.low,
+                                first + calls * per.high, per.n)
+    return totals
+
+
+def _ratio(slow: Estimate, fast: Estimate) -> Estimate:
+    """``slow / fast`` with a conservative interval (the two are not paired)."""
+    return Estimate(slow.median / fast.median, slow.low / fast.high, slow.high / fast.low, fast.n)
+
+
+def judge_job(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
+              calls: int, target: SpeedTarget, dev_class: str, has_reference: bool,
+              confidence: float = CONFIDENCE) -> tuple[str, list[Condition], dict[str, Estimate]]:
+    """The verdict on a job's total time: relative to the reference's choice in the same run
+    (reference total / yours >= the fraction), and against the baseline (eager) total: faster
+    than it, and at least ``target.min_speedup`` x its speed."""
+    totals = job_totals(samples, first_call_s, calls, confidence)
+    conds = []
+    if has_reference and target.fraction_of_reference is not None:
+        est = _ratio(totals["reference"], totals["learner"])
+        conds.append(Condition("job time: reference's total / yours", est,
+                               target.fraction_of_reference,
+                               est.versus(target.fraction_of_reference), confidence))
+    bars = ([1.0] if target.faster_than_baseline else []) + \
+        ([target.min_speedup] if target.min_speedup is not None else [])
+    if bars:
+        est, bar = _ratio(totals["baseline"], totals["learner"]), max(bars)
+        conds.append(Condition("job time: eager total / yours", est, bar, est.versus(bar),
+                               confidence))
+    return _overall(conds), conds, totals
+
+
 def self_check_target(problem) -> SpeedTarget:
     """Self-check has no reference: the problem's target less the relative part, with the
     floors shipped for each device class (``floors.json``) under the problem's own."""
     target = problem.target
     return SpeedTarget(fraction_of_reference=None, faster_than_baseline=target.faster_than_baseline,
-                       floors={**shipped_floors(problem.key), **dict(target.floors)})
+                       floors={**shipped_floors(problem.key), **dict(target.floors)},
+                       min_speedup=target.min_speedup)
 
 
 def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple], *,

@@ -120,6 +120,32 @@ def _check_speed(out: dict, problem: Problem, with_reference: bool, device_class
         _require(recomputed == "inconclusive", "the speed verdict does not follow from its timings")
 
 
+def _check_job(out: dict, problem: Problem, with_reference: bool, device_class: str) -> None:
+    verdict = out.get("verdict")
+    _require(verdict in ("pass", "fail", "inconclusive"), "the job check has no verdict")
+    if verdict == "fail" and not out["ok"] and "samples" not in out:
+        return
+    samples, first = out.get("samples"), out.get("first_call_s")
+    names = {"baseline", "learner"} | ({"reference"} if with_reference else set())
+    _require(isinstance(samples, dict) and set(samples) == names and isinstance(first, dict)
+             and set(first) == names, f"the job was judged without the timings of {sorted(names)}")
+    _require(all(_is_number(x) and x > 0 for v in samples.values() for x in v)
+             and all(_is_number(x) and x >= 0 for x in first.values()),
+             "job timings are not positive numbers")
+    _require(len({len(v) for v in samples.values()}) == 1 and len(samples["baseline"]) >= 5,
+             "the job was judged on too few trials")
+    _require(out.get("calls") == problem.job_calls and first["baseline"] == 0.0,
+             "the job was judged on another number of calls")
+    target = problem.target if with_reference else targets.self_check_target(problem)
+    recomputed, _, _ = targets.judge_job(samples, first, problem.job_calls, target, device_class,
+                                         with_reference)
+    if verdict == "pass" or out["ok"]:
+        _require(recomputed == "pass" and verdict == "pass" and out["ok"],
+                 "the job verdict does not follow from its timings")
+    elif verdict == "inconclusive":
+        _require(recomputed == "inconclusive", "the job verdict does not follow from its timings")
+
+
 _CHECKS = {"correctness": _check_correctness, "fullgraph": _check_fullgraph,
            "breaks": _check_breaks, "recompiles": _check_recompiles, "fusion": _check_fusion}
 
@@ -145,6 +171,8 @@ def verify(problem: Problem, result: dict, *, checks: list[str] | None, with_ref
                      and isinstance(out.get("message"), str), f"{name}: malformed outcome")
             if name == "speed":
                 _check_speed(out, problem, with_reference, device_class)
+            elif name == "job":
+                _check_job(out, problem, with_reference, device_class)
             else:
                 _require("verdict" not in out or out["verdict"] == ("pass" if out["ok"] else "fail"),
                          f"{name}: verdict and outcome disagree")

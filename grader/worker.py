@@ -53,7 +53,7 @@ import torch
 from . import _torch_internals as ti
 from . import breaks, correctness, fusion, recompiles, static_check, targets, timing
 from . import check as _check_api  # noqa: F401  (imported so that the snapshot covers it too)
-from .problems import CHECKS, Problem, get_problem, seeded_generator
+from .problems import CHECKS, NO_COMPILE, Problem, get_problem, seeded_generator
 from .source import Cell, strip_magics
 
 _DUMPS = json.dumps
@@ -97,6 +97,10 @@ def _watched_namespaces() -> dict[str, dict]:
     return spaces
 
 
+# Dynamo adds its compiled functions to the globals of the module it compiled code from.
+_DYNAMO_GENERATED = re.compile(r"^(__compiled_fn_|__resume_at_|___)")
+
+
 def snapshot(allowed_config: frozenset = frozenset()) -> dict[tuple[str, str], object]:
     """What a cheat could replace: identities of functions and modules, values of the compiler
     configs (``allowed_config``: the "module.name" settings a problem lets the learner change)."""
@@ -104,6 +108,8 @@ def snapshot(allowed_config: frozenset = frozenset()) -> dict[tuple[str, str], o
     for space, names in _watched_namespaces().items():
         functions = set()
         for name, value in list(names.items()):
+            if _DYNAMO_GENERATED.match(name):  # Dynamo adds and removes these itself
+                continue
             if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
                 snap[(space, name)] = id(value)
                 functions.add(name)
@@ -143,16 +149,12 @@ def tampering(before: dict, threads_before: set[int],
     for (space, name), value in before.items():
         now = after.get((space, name))
         if name == "<functions>":
-            changed += [f"{space}.{added}" for added in sorted((now or frozenset()) - value)
-                        if not _DYNAMO_GENERATED.match(added)]
+            changed += [f"{space}.{added}" for added in sorted((now or frozenset()) - value)]
         elif now != value:
             changed.append(f"{space}.{name}")
     changed += _learner_threads(threads_before)
     return sorted(changed)
 
-
-# Dynamo adds its compiled functions to the globals of the module it compiled code from.
-_DYNAMO_GENERATED = re.compile(r"^(__compiled_fn_|__resume_at_|___)")
 
 
 class Tampered(Exception):
@@ -245,6 +247,7 @@ class Session:
     learner_eager: object = None
     compile_kwargs: dict = dataclasses.field(default_factory=dict)
     budget_s: float = 45.0
+    reference_first_s: float = 0.0   # the reference's cold compile + first call (job check)
     results: dict = dataclasses.field(default_factory=dict)
 
     def fresh_inputs(self, index: int = 0) -> tuple:
@@ -289,9 +292,14 @@ def check_recompiles(s: Session) -> dict:
 def check_fusion(s: Session) -> dict:
     rep = fusion.fusion_report(s.learner_eager, *s.fresh_inputs(), **s.compile_kwargs)
     limit = s.problem.max_kernels
-    ok = limit is None or rep.kernels <= limit
-    return {"ok": ok, "kernels": rep.kernels, "max_kernels": limit,
-            "message": f"{rep} (allowed: at most {limit})"}
+    hidden = rep.custom_ops
+    ok = not hidden and (limit is None or rep.total <= limit)
+    message = f"{rep} (allowed: at most {limit} in all)"
+    if hidden:
+        message += ("; a custom operator hides its work from the count, so it cannot be "
+                    "credited as fused: write the computation with torch operations")
+    return {"ok": ok, "kernels": rep.total, "generated": rep.kernels, "library": rep.library,
+            "max_kernels": limit, "message": message}
 
 
 def check_speed(s: Session) -> dict:
@@ -330,11 +338,57 @@ def check_speed(s: Session) -> dict:
     return out
 
 
-# The order is fixed (and is the order of grader.problems.CHECKS): speed last, because it is
-# only measured for correct outputs.
+JOB_TRIALS = 21
+
+
+def check_job(s: Session) -> dict:
+    """The job's total time (cold compile + ``job_calls`` calls) with the learner's choice of
+    mode, against the reference's choice and against not compiling, in the same run."""
+    if not s.results.get("correctness", {"ok": True})["ok"]:
+        return {"ok": False, "verdict": "fail", "message": "not timed: the outputs are wrong"}
+    problem, options = s.problem, dict(s.compile_kwargs)
+    if options.get("mode") == NO_COMPILE:
+        learner = s.learner_eager
+    else:
+        if problem.timed_fullgraph:
+            options["fullgraph"] = True
+        learner = _no_grad(torch.compile(s.learner_model, **options))
+    with ti.fresh_inductor_cache():  # a cold compile (if any), as the reference's was
+        first = timing.first_call_seconds(learner, s.pool[0], s.device)
+    fns = {"baseline": s.base_eager, "learner": learner}
+    first_call_s = {"baseline": 0.0, "learner": first}
+    if s.reference is not None:
+        fns["reference"] = s.reference
+        first_call_s["reference"] = s.reference_first_s
+    comp = timing.compare(fns, s.pool, baseline="baseline", device=s.device, trials=JOB_TRIALS,
+                          keep_outputs=("learner",))
+    target = problem.target if s.reference is not None else targets.self_check_target(problem)
+    samples = {n: list(comp.seconds[n]) for n in comp.names}
+    verdict, conds, totals = targets.judge_job(samples, first_call_s, problem.job_calls, target,
+                                               targets.device_class(s.device), s.reference is not None)
+    lines = [f"job of {problem.job_calls:,} calls: {verdict.upper()} on "
+             f"{targets.device_class(s.device)}"] + [f"  {c}" for c in conds]
+    lines.append(f"  {'':<12}{'first call s':>13}{'ms/call':>10}{'job total s':>13}")
+    for name in comp.names:
+        lines.append(f"  {name:<12}{first_call_s[name]:>13.2f}"
+                     f"{comp.per_call(name).median * 1e3:>10.3f}{totals[name].median:>13.1f}")
+    out = {"ok": verdict == "pass", "verdict": verdict, "samples": samples,
+           "first_call_s": first_call_s, "calls": problem.job_calls,
+           "with_reference": s.reference is not None, "message": "\n".join(lines)}
+    for index, output in comp.last_outputs.get("learner", []):
+        problem_msg = correctness.compare_output(output, s.expected[index], "a timed run's output")
+        if problem_msg is not None:
+            out.update(ok=False, verdict="fail", message=f"{problem_msg}; time is only credited "
+                                                          f"for correct outputs")
+            break
+    return out
+
+
+# The order is fixed (and is the order of grader.problems.CHECKS): speed and job last, because
+# they are only measured for correct outputs.
 CHECK_FUNCTIONS = {"correctness": check_correctness, "fullgraph": check_fullgraph,
                    "breaks": check_breaks, "recompiles": check_recompiles,
-                   "fusion": check_fusion, "speed": check_speed}
+                   "fusion": check_fusion, "speed": check_speed, "job": check_job}
 assert tuple(CHECK_FUNCTIONS) == CHECKS
 
 
@@ -368,7 +422,10 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
     reference = None
     reference_cells = spec.pop("reference_cells", None)
     problem_module = spec.get("problem_module") or f"grader.problems.{problem.assignment}"
-    if reference_cells and "speed" in checks:
+    timed = "speed" in checks or "job" in checks
+    if timed:  # start the compiler's workers and toolchain now, so no one timed pays for it
+        ti.warm_inductor(device)
+    if reference_cells and timed:
         # The reference's generated code goes to its own folder, removed before learner code.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = REFERENCE_CACHE
         ref_ns = _namespace_for(problem_module)
@@ -379,19 +436,25 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
         entry = ref_ns[problem.entry]
         ref_model = problem.instantiate(entry, base_model, device)
         options = problem.compile_kwargs(entry)
-        if problem.timed_fullgraph:
-            options["fullgraph"] = True
-        reference = _no_grad(torch.compile(ref_model, **options))
+        if options.get("mode") == NO_COMPILE:
+            reference = _no_grad(ref_model)
+        else:
+            if problem.timed_fullgraph:
+                options["fullgraph"] = True
+            reference = _no_grad(torch.compile(ref_model, **options))
         del ref_ns, entry
+    reference_first_s = 0.0
     with ti.quiet_torch_logs():
-        for fn in (base_timed, reference):
-            if fn is not None and "speed" in checks:
-                timing.first_call_seconds(fn, pool[0], device)
+        if base_timed is not base_eager and timed:
+            timing.first_call_seconds(base_timed, pool[0], device)
+        if reference is not None:  # a cold compile: its cache folder is new and empty
+            reference_first_s = timing.first_call_seconds(reference, pool[0], device)
     shutil.rmtree(REFERENCE_CACHE, ignore_errors=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = LEARNER_CACHE
     expected = [base_eager(*args) for args in pool]
     return Session(problem, device, seeds, pool, base_model, base_eager, base_timed, reference,
-                   expected, budget_s=float(spec.get("budget_s") or problem.budget_s))
+                   expected, budget_s=float(spec.get("budget_s") or problem.budget_s),
+                   reference_first_s=reference_first_s)
 
 
 def run_checks(spec: dict) -> dict:

@@ -83,22 +83,30 @@ DEMO_SOLUTIONS["ps2"] = {
 # --- ps3 --------------------------------------------------------------------------------
 # ("partial": question 1 only, the default.)
 DEMO_SOLUTIONS["ps3"] = {
-    # The right mode, but forward runs the network four times and keeps one result.
-    "slow": {"ps3-q1-solution": '''class SmallBatchMLP(TinyMLP):
-    compile_mode = "reduce-overhead"
+    # The right choices, but forward runs the network four times and keeps one result.
+    "slow": {"ps3-q1-solution": '''class ShortJobMLP(TinyMLP):
+    compile_mode = "none"
 
     def forward(self, x):
         y = super().forward(x)
         for _ in range(3):
             y = y + 0.0 * super().forward(x + 1.0)   # wasted work
         return y
-'''},
-    # Fast, but the outputs are scaled.
-    "wrong": {"ps3-q1-solution": '''class SmallBatchMLP(TinyMLP):
+
+
+class LongJobMLP(ShortJobMLP):
     compile_mode = "reduce-overhead"
+'''},
+    # Compiles both jobs (the short one cannot win its compile back), and the outputs are scaled.
+    "wrong": {"ps3-q1-solution": '''class ShortJobMLP(TinyMLP):
+    compile_mode = "default"
 
     def forward(self, x):
         return super().forward(x) * 1.01
+
+
+class LongJobMLP(ShortJobMLP):
+    compile_mode = "default"
 '''},
 }
 

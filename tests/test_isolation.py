@@ -309,3 +309,31 @@ def test_evaluate_writes_nothing_to_stderr(capfd):
     ev.require("correctness")
     ev.require("fullgraph")
     assert capfd.readouterr().err == ""
+
+
+def test_functions_dynamo_adds_or_removes_are_not_tampering():
+    """Dynamo installs ``__compiled_fn_*`` into the globals of the module it compiles from (a
+    grader module, for a fusion report) and drops them again: neither is learner tampering.
+    (Regression: calibrating ps2 reported its own reference as tampering.)"""
+    import threading
+
+    from grader import _torch_internals as ti
+    from grader import worker
+
+    threads = {t.ident for t in threading.enumerate()}
+    ti.__dict__["__compiled_fn_1_test"] = lambda: None
+    try:
+        before = worker.snapshot()
+    finally:
+        del ti.__dict__["__compiled_fn_1_test"]
+    assert worker.tampering(before, threads) == []
+    ti.__dict__["__compiled_fn_2_test"] = lambda: None
+    try:
+        assert worker.tampering(before, threads) == []
+    finally:
+        del ti.__dict__["__compiled_fn_2_test"]
+    ti.__dict__["recompile_limit"], saved = (lambda: 99), ti.recompile_limit
+    try:  # a real replacement is still caught
+        assert worker.tampering(before, threads) == ["grader._torch_internals.recompile_limit"]
+    finally:
+        ti.recompile_limit = saved

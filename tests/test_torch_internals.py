@@ -1,7 +1,7 @@
 """grader._torch_internals: every function that touches private torch APIs.
 
 A torch upgrade that moves one of these names must fail here, not somewhere deep in the grader.
-One Inductor compile in this file (count_generated_kernels + run_and_get_code + fresh cache).
+One Inductor compile in this file (run_and_get_code + fresh cache).
 """
 from __future__ import annotations
 
@@ -102,30 +102,21 @@ def test_fresh_inductor_cache_uses_a_temporary_dir():
     assert not os.path.exists(inside)
 
 
-def test_count_kernels_and_run_and_get_code():
+def test_run_and_get_code_and_kernel_sources():
     """The one Inductor compile of this file: a fresh cache, one fused kernel, its C++ code."""
+    from grader import fusion
+
     def chain(x):
         return (x.sin() + 1).relu()
 
     x = torch.randn(8)
-    with ti.fresh_inductor_cache(), ti.quiet_torch_logs(), ti.count_generated_kernels() as count:
-        assert count == {}
+    with ti.fresh_inductor_cache(), ti.quiet_torch_logs():
         out, sources = ti.run_and_get_code(torch.compile(chain), x)
-    assert count["kernels"] == 1
     torch.testing.assert_close(out, chain(x))
     assert isinstance(sources, list) and len(sources) >= 1
     code = "\n".join(sources)
     assert "cpp_fused" in code and "kernel" in code
-
-
-def test_count_generated_kernels_resets_the_counter():
-    from torch._inductor import metrics
-
-    metrics.generated_kernel_count = 7
-    with ti.count_generated_kernels() as count:
-        pass
-    assert count["kernels"] == 0
-    assert metrics.generated_kernel_count == 0
+    assert len(fusion.kernel_sources(code)) == 1 and fusion.library_calls(code) == []
 
 
 def test_inductor_config_patch():

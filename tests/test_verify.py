@@ -98,3 +98,33 @@ def test_the_recomputed_verdict_is_the_one_judge_speed_reaches():
     verdict, conds = targets.verdict_from_samples(_samples(2.0), targets.SpeedTarget(None), "cpu",
                                                   False, targets.DEFAULT_LEVEL)
     assert verdict == "pass" and conds[0].estimate.median == pytest.approx(2.0)
+
+
+def _job_result(first_learner: float, verdict: str, calls: int) -> dict:
+    samples = {"baseline": [2e-4] * 9, "learner": [7e-5] * 9, "reference": [2e-4] * 9}
+    first = {"baseline": 0.0, "learner": first_learner, "reference": 0.0}
+    return {"status": "ok", "problem": "ps3.q1short", "device": "cpu", "device_class": "cpu",
+            "checks": {"correctness": CORRECT,
+                       "job": {"ok": verdict == "pass", "verdict": verdict, "message": "",
+                               "samples": samples, "first_call_s": first, "calls": calls,
+                               "with_reference": True}}}
+
+
+def test_a_job_verdict_must_follow_from_its_timings_and_calls():
+    """ps3's short job: compiling (4 s first call) cannot pass; a forged pass is rejected, and
+    so is a result judged on another number of calls or with the compile left out."""
+    problem = get_problem("ps3.q1short")
+
+    def run(result):
+        return verify(problem, result, checks=["correctness", "job"], with_reference=True,
+                      device_class="cpu")
+
+    assert run(_job_result(4.0, "fail", problem.job_calls))["status"] == "ok"
+    for forged, why in [(_job_result(4.0, "pass", problem.job_calls), "does not follow"),
+                        (_job_result(4.0, "fail", 10 ** 7), "another number of calls")]:
+        result = run(forged)
+        assert result["status"] == "rejected" and why in result["message"], result
+    honest_eager = _job_result(0.0, "fail", problem.job_calls)
+    honest_eager["checks"]["job"]["samples"]["learner"] = [2e-4] * 9
+    honest_eager["checks"]["job"].update(ok=True, verdict="pass")
+    assert run(honest_eager)["status"] == "ok"

@@ -14,7 +14,9 @@ import torch
 
 from ..targets import SpeedTarget
 
-CHECKS = ("correctness", "fullgraph", "breaks", "recompiles", "fusion", "speed")
+CHECKS = ("correctness", "fullgraph", "breaks", "recompiles", "fusion", "speed", "job")
+# A compile mode that means "do not compile" (a job too short for compiling to pay).
+NO_COMPILE = "none"
 
 
 @dataclasses.dataclass
@@ -36,6 +38,9 @@ class Problem:
       text is the reference solution (and, in a submission, the learner's).
     - ``timed_fullgraph``: the speed check compiles with ``fullgraph=True`` (default): speed is
       credited to one graph only, so no Python-side shortcut in ``forward`` can be timed.
+    - ``job_calls``: for the ``job`` check, how many calls the job makes: it is judged on the
+      total time, cold compile included (``compile_options`` may choose ``mode="none"``: no
+      compile at all).
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
       (the worker's snapshot).
@@ -61,6 +66,7 @@ class Problem:
     hints: dict = dataclasses.field(default_factory=dict)
     timed_fullgraph: bool = True
     allowed_config: frozenset = frozenset()
+    job_calls: int | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)

@@ -63,15 +63,17 @@ def _baseline(device: str):
 
 
 HINTS = {
-    "correctness": "FixedModel must compute exactly what Original computes, for every input: "
-                   "keep both sides of the `if` (select with `torch.where`), and the same "
+    "correctness": "FixedModel must compute what Original computes for every input, including "
+                   "inputs whose mean is negative: keep both sides of the `if`, and the same "
                    "arithmetic.",
-    "fullgraph": "remove each graph break named above: `torch.where` for the `if`, no `print`, "
-                 "no `.item()` (keep the tensor), and `torch.where(mask, h, 0).sum() / "
-                 "mask.sum()` instead of `h[mask].mean()`.",
-    "breaks": "every break listed above still splits the graph; fix them one by one.",
-    "speed": "the speed target needs one graph (fullgraph) so Inductor can fuse the pointwise "
-             "work around the two matmuls; check that nothing extra is computed in forward.",
+    "fullgraph": "each break listed above still splits the graph: the list names the line, the "
+                 "cause and a direction for the fix (chapter 4, section 4). For the boolean mask: "
+                 "a mean is a sum divided by a count, and both can be computed without dropping "
+                 "elements.",
+    "breaks": "every break listed above still splits the graph; fix them one by one, and run "
+              "grader.breaks.graph_break_report after each fix.",
+    "speed": "the speed target needs one graph so that Inductor can fuse the pointwise work "
+             "around the two matmuls; check that forward does no extra work.",
 }
 
 PROBLEMS = {

@@ -65,10 +65,10 @@ HINTS = {
     "correctness": "compute the same group norm: mean and (biased) variance over each group of "
                    "D // groups consecutive features, eps inside the square root, then the affine "
                    "map and the same tanh-GELU.",
-    "fusion": "no Python loop over groups and no writes into slices: view x as "
-              "(rows, groups, D // groups), reduce over the last dim with keepdim=True, and "
-              "view back; one expression per step lets Inductor fuse the pointwise work into the "
-              "reductions' kernels.",
+    "fusion": "compare grader.fusion.fusion_report of your class with GroupNormGELU's: each "
+              "kernel is a pass over memory. Inductor splits the work wherever a Python loop "
+              "over groups or a write into a slice of a preallocated tensor ends an expression: "
+              "compute the statistics of all groups at once, as whole-tensor expressions.",
     "speed": "the speed comes from fusion: fewer kernels means fewer passes over memory.",
 }
 
