@@ -19,6 +19,12 @@ from typing import Any, Callable, Iterator
 import torch
 
 
+def torch_at_least(major: int, minor: int) -> bool:
+    """Is the installed torch release ``major.minor`` or newer (for what differs by release)."""
+    found = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
+    return found >= (major, minor)
+
+
 def dynamo_reset() -> None:
     """Forget every compiled function's cache in this process (``torch._dynamo.reset``)."""
     torch._dynamo.reset()
@@ -34,6 +40,9 @@ def explain(fn: Callable, *args, **kwargs):
     return torch._dynamo.explain(fn)(*args, **kwargs)
 
 
+_LOCAL_NAME = re.compile(r"\bL\['(\w+)'\]")
+
+
 def guard_failures_for(code, *, forget: bool = False) -> list[str]:
     """The guard-failure messages Dynamo recorded for a code object.
 
@@ -42,7 +51,8 @@ def guard_failures_for(code, *, forget: bool = False) -> list[str]:
     that failed. ``forget=True`` also drops them from Dynamo's record.
     """
     failures = getattr(torch._dynamo.utils, "guard_failures", {})
-    found = [str(m) for m in failures.get(code, [])]
+    # torch 2.6 names a local as ``L['x']`` where later releases write ``x``.
+    found = [_LOCAL_NAME.sub(r"\1", str(m)) for m in failures.get(code, [])]
     if forget and code in failures:
         del failures[code]
     return found
@@ -59,6 +69,13 @@ def set_recompile_limit(limit: int) -> contextlib.AbstractContextManager:
     cfg = torch._dynamo.config
     name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
     return cfg.patch(**{name: limit})
+
+
+def recompile_limit_name() -> str:
+    """The config name of Dynamo's recompile limit in this torch (and in its warning)."""
+    import torch._dynamo.config as cfg
+
+    return "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
 
 
 def recompile_limit() -> int:
@@ -193,6 +210,11 @@ def fresh_copy(fn: Callable) -> Callable:
 _COMPILE_PARAMETERS = frozenset(inspect.signature(torch.compile).parameters)
 
 
+def isolates_recompiles() -> bool:
+    """Does this torch keep one compile's entries apart from others' (torch 2.12+)?"""
+    return "isolate_recompiles" in _COMPILE_PARAMETERS
+
+
 def compile_isolated(fn: Callable, **options) -> Callable:
     """``torch.compile(fn, **options)``, with ``isolate_recompiles=True`` where torch has it
     (2.12+), so that frames reached from ``fn`` (a module called by a wrapper, a function after
@@ -308,9 +330,10 @@ def quiet_torch_logs() -> Iterator[None]:
 
 
 _GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+# "Graph Break Reason:" from torch 2.7 on, "Reason:" in 2.6.
 _GRAPH_BREAK_RECORD = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*\n"
-                                 r"Graph Break Reason: (?P<reason>.*?)(?:\n\s*\nUser code traceback|\Z)",
-                                 re.S)
+                                 r"(?:Graph Break )?Reason: (?P<reason>.*?)"
+                                 r"(?:\n\s*User code traceback|\Z)", re.S)
 
 
 class _BreakCollector(logging.Handler):

@@ -24,7 +24,7 @@ CAUSES: list[tuple[str, str, str, re.Pattern, re.Pattern | None]] = [
         "`.item()` reads a tensor value into Python, a host sync that ends the graph",
         "keep it a tensor (e.g. `x.max()` instead of `x.max().item()`), or use `torch.where(...)` "
         "where the number steered a choice",
-        re.compile(r"item\(\)|capture_scalar_outputs|_local_scalar_dense", re.I),
+        re.compile(r"item\(\)|Tensor\.item\b|capture_scalar_outputs|_local_scalar_dense", re.I),
         re.compile(r"\.item\(\)"),
     ),
     (

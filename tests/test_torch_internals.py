@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 
 import pytest
@@ -81,7 +82,7 @@ def test_recompile_limit_get_and_set(counting_backend):
     assert default == 8          # torch's default; the grader's texts mention it
     with ti.set_recompile_limit(2):
         assert ti.recompile_limit() == 2
-        assert torch._dynamo.config.recompile_limit == 2
+        assert getattr(torch._dynamo.config, ti.recompile_limit_name()) == 2
 
         def f(x):
             return x + 1
@@ -153,17 +154,25 @@ def test_graph_break_counter_total_and_clear():
 def test_quiet_torch_logs_silences_and_restores(capfd):
     logger = logging.getLogger("torch._dynamo")
     torch_logger = logging.getLogger("torch")
-    saved = [(lg.level, lg.propagate, list(lg.handlers)) for lg in (logger, torch_logger)]
-    with ti.quiet_torch_logs():
-        logger.warning("dynamo warns")
-        logging.getLogger("torch._inductor.codecache").error("inductor errs")
-        warnings.warn("a torch-ish warning")
-        torch.compile(_breaks_once, backend="eager")(torch.randn(3))
-    assert capfd.readouterr().err == ""
-    assert [(lg.level, lg.propagate, list(lg.handlers)) for lg in (logger, torch_logger)] == saved
-    # Outside the block the same warning does reach stderr (so the check above means something).
-    logger.warning("dynamo warns again")
-    assert "dynamo warns again" in capfd.readouterr().err
+    # A handler of our own on stderr, so the test does not depend on how this torch release
+    # configures its loggers (2.6 and 2.14 differ).
+    handler = logging.StreamHandler(sys.stderr)
+    logger.addHandler(handler)
+    try:
+        saved = [(lg.level, lg.propagate, list(lg.handlers)) for lg in (logger, torch_logger)]
+        with ti.quiet_torch_logs():
+            logger.warning("dynamo warns")
+            logging.getLogger("torch._inductor.codecache").error("inductor errs")
+            warnings.warn("a torch-ish warning")
+            torch.compile(_breaks_once, backend="eager")(torch.randn(3))
+        assert capfd.readouterr().err == ""
+        assert [(lg.level, lg.propagate, list(lg.handlers))
+                for lg in (logger, torch_logger)] == saved
+        # Outside the block the same warning does reach stderr (so the check above means something).
+        logger.warning("dynamo warns again")
+        assert "dynamo warns again" in capfd.readouterr().err
+    finally:
+        logger.removeHandler(handler)
 
 
 def test_capture_graph_breaks_records_file_line_reason():
@@ -175,7 +184,7 @@ def test_capture_graph_breaks_records_file_line_reason():
     filename, lineno, reason = records[0]
     assert os.path.samefile(filename, models.__file__)
     assert lineno == models.break_line("scalar_read")[0]
-    assert "item()" in reason
+    assert "item" in reason           # "item()" (2.7+), "Tensor.item" (2.6)
     assert (lg.level, lg.propagate, lg.disabled, list(lg.handlers)) == saved
 
 
@@ -254,6 +263,10 @@ def test_fresh_copy_of_modules_and_other_callables():
     torch.testing.assert_close(ti.fresh_copy(other.forward)(x), other(x))
 
 
+@pytest.mark.skipif(not ti.isolates_recompiles(),
+                    reason="needs torch.compile(isolate_recompiles=True), torch 2.12+: on older "
+                           "torch, repeated reports on a wrapper share the inner frame's limit "
+                           "(docs/versions.md)")
 def test_compile_fresh_reports_do_not_use_up_the_learners_recompile_limit(counting_backend):
     """A wrapper calling a module that breaks: the module's forward is compiled as its own
     frame. Many compiles with new backends must not leave the learner's own compile of the
@@ -300,7 +313,7 @@ def test_capture_recompile_limit_hits(capfd):
         opt = torch.compile(ti.fresh_copy(f), backend="eager", dynamic=False)
         for n in range(1, 6):
             opt(torch.zeros(n))
-    assert hits and hits[0] == ("recompile_limit", 2)
+    assert hits and hits[0] == (ti.recompile_limit_name(), 2)
     assert capfd.readouterr().err == ""
     with ti.capture_recompile_limit_hits() as hits:
         torch.compile(ti.fresh_copy(f), backend="eager")(torch.zeros(3))
