@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 import torch
 
@@ -205,13 +206,19 @@ def _learner_traceback(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _namespace_for(problem_module: str) -> dict:
-    """What a learner's cell sees: the problem set's public names, as in the notebook."""
+def _namespace_for(problem_module: str, name: str = "__learner__") -> dict:
+    """What a learner's cell sees: the problem set's public names, as in the notebook.
+
+    The namespace is the ``__dict__`` of a module registered as ``name`` in ``sys.modules``:
+    Dynamo (2.6) imports the module of the globals it traces by name."""
     import importlib
 
     mod = importlib.import_module(problem_module)
     names = getattr(mod, "__all__", [n for n in vars(mod) if not n.startswith("_")])
-    ns = {"__name__": "__learner__", "torch": torch, "nn": torch.nn}
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    ns = module.__dict__
+    ns.update({"torch": torch, "nn": torch.nn})
     # The grading API stays out: learner code in here has nothing to call it for.
     ns.update({n: getattr(mod, n) for n in names if n not in _GRADING_API})
     return ns
@@ -428,7 +435,7 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
     if reference_cells and timed:
         # The reference's generated code goes to its own folder, removed before learner code.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = REFERENCE_CACHE
-        ref_ns = _namespace_for(problem_module)
+        ref_ns = _namespace_for(problem_module, "__reference__")
         with ti.quiet_torch_logs():
             exec_cells([Cell.from_dict(c) for c in reference_cells], ref_ns, prefix="reference ")
         del reference_cells
@@ -443,6 +450,7 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
                 options["fullgraph"] = True
             reference = _no_grad(torch.compile(ref_model, **options))
         del ref_ns, entry
+        sys.modules.pop("__reference__", None)
     reference_first_s = 0.0
     with ti.quiet_torch_logs():
         if base_timed is not base_eager and timed:

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from grader import _torch_internals as ti
 from grader.check import CheckFailed, evaluate
 from grader.source import Cell
 
@@ -108,7 +109,10 @@ def test_code_that_raises_while_timed_fails_speed_and_keeps_the_other_checks():
     assert ev.status == "ok", ev.result
     assert ev.ok("correctness")
     assert ev.verdict("speed") == "fail"
-    assert "your code raised" in ev.message("speed"), ev.message("speed")
+    # torch 2.7+ runs the raise and reports it; 2.6 traces it and stops at "Observed exception"
+    assert ("your code raised" in ev.message("speed")
+            or not ti.torch_at_least(2, 7) and "Observed exception" in ev.message("speed")), \
+        ev.message("speed")
 
 
 def test_wrong_shape_is_reported_plainly():
@@ -317,7 +321,7 @@ def test_functions_dynamo_adds_or_removes_are_not_tampering():
     (Regression: calibrating ps2 reported its own reference as tampering.)"""
     import threading
 
-    from grader import _torch_internals as ti
+
     from grader import worker
 
     threads = {t.ident for t in threading.enumerate()}
