@@ -14,8 +14,10 @@ Which Canvas user a graded student is comes from, in this order:
    ``c.FileNameCollectorPlugin.named_regexp``; the same regexp, run again on the files in
    ``downloads/*/``, pairs each STUDENT with the USERID of their file names;
 2. a STUDENT folder that is itself a number (the regexp keyed by Canvas user id);
-3. the roster (Canvas's own gradebook export, Grades > Export), whose name column, written as
-   Canvas writes it in file names (``Smith, Jane`` -> ``smithjane``), is the STUDENT folder.
+3. the roster (Canvas's own gradebook export, Grades > Export): the row whose ``SIS Login ID``
+   or ``SIS User ID`` is the STUDENT folder (on a JupyterHub, students' user names are often
+   their institution's login), else the row whose name, written as Canvas writes it in file
+   names (``Smith, Jane`` -> ``smithjane``), is the STUDENT folder.
 
 The roster, when given, also gives each student's name, SIS ids and section, and the Canvas
 assignment ids of the assignment columns. Students no rule places keep an empty ``ID`` (Canvas
@@ -168,8 +170,11 @@ def canvas_export(course: str, roster: Roster | None = None,
     ids, warnings = user_ids_from_downloads(course)
     by_id = roster.by_id() if roster else {}
     by_slug: dict[str, list[RosterEntry]] = {}
+    by_sis: dict[str, list[RosterEntry]] = {}
     for entry in roster.entries if roster else []:
         by_slug.setdefault(canvas_name_slug(entry.student), []).append(entry)
+        for sis in {entry.sis_login_id.lower(), entry.sis_user_id.lower()} - {""}:
+            by_sis.setdefault(sis, []).append(entry)
     url = "sqlite:///" + os.path.join(os.path.abspath(course), "gradebook.db")
     with Gradebook(url) as gb:
         names = assignments or sorted(a.name for a in gb.assignments)
@@ -177,11 +182,19 @@ def canvas_export(course: str, roster: Roster | None = None,
         columns = [roster.assignment_columns.get(n, n) if roster else n for n in names]
         header = list(IDENTITY_COLUMNS) + columns
         rows = [[POINTS_POSSIBLE, "", "", "", ""] + [_number(maxima[n]) for n in names]]
-        unmatched, pending = [], {}
+        unmatched, pending, taken = [], {}, {}
         for student in sorted(gb.students, key=lambda s: s.id):
             canvas_id = ids.get(student.id) or (student.id if student.id.isdigit() else "")
-            if not canvas_id and len(by_slug.get(student.id, [])) == 1:
-                canvas_id = by_slug[student.id][0].canvas_id
+            for index in (by_sis, by_slug):   # a unique roster row for this folder name
+                if not canvas_id and len(index.get(student.id.lower(), [])) == 1:
+                    canvas_id = index[student.id.lower()][0].canvas_id
+            if canvas_id and canvas_id in taken:   # one Canvas user, two gradebook students
+                warnings.append(f"{student.id} and {taken[canvas_id]} both map to Canvas user "
+                                f"{canvas_id}: {student.id} is left without an ID (check which is "
+                                f"theirs)")
+                canvas_id = ""
+            elif canvas_id:
+                taken[canvas_id] = student.id
             entry = by_id.get(canvas_id)
             if not canvas_id:
                 unmatched.append(student.id)

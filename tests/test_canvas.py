@@ -99,7 +99,8 @@ def _roster(tmp_path) -> str:
         w.writerow(["Smith, Jane", "12345", "S001", "jsmith", "Section A", "", ""])
         w.writerow(["Doe, John", "23456", "S002", "jdoe", "Section B", "", ""])
         w.writerow(["Lee, Ann", "34567", "S003", "alee", "Section A", "", ""])
-        w.writerow(["Nobody, Who", "45678", "S004", "nobody", "Section B", "", ""])
+        w.writerow(["Nobody, Who", "45678", "S004", "wnobody", "Section B", "", ""])
+        w.writerow(["Park, Kim", "56789", "S005", "kpark", "Section B", "", ""])
     return path
 
 
@@ -140,6 +141,37 @@ def test_the_roster_places_a_student_by_name_when_no_download_names_them(tmp_pat
     assert float(students["34567"]["ps2 (987)"]) == 10.0    # leeann = "Lee, Ann"
     assert students["34567"]["Student"] == "Lee, Ann"
     assert canvas_name_slug("O'Brien-Smith, Mary Ann") == "obriensmithmaryann"
+
+
+def test_the_roster_places_a_hub_user_by_their_sis_login(tmp_path):
+    """On a JupyterHub (nbgrader collect), STUDENT is the hub user name: often the SIS login."""
+    folder = _course(tmp_path)
+    shutil.rmtree(os.path.join(folder, "downloads"))
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + os.path.join(folder, "gradebook.db")) as gb, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gb.update_or_create_student("kpark")
+        sub = gb.add_submission(ASSIGNMENT, "kpark")
+        for grade in sub.notebooks[0].grades:
+            grade.auto_score = 1.0
+        gb.db.commit()
+    export = write_canvas_csv(folder, str(tmp_path / "canvas.csv"), roster=_roster(tmp_path))
+    _, _, students = canvas_import(export.path)
+    assert float(students["56789"]["ps2 (987)"]) == 3.0 and students["56789"]["Student"] == "Park, Kim"
+
+
+def test_two_students_for_one_canvas_user_are_not_both_given_its_id(tmp_path):
+    folder = _course(tmp_path)    # doejohn: user 23456 from the download's file names
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + os.path.join(folder, "gradebook.db")) as gb:
+        gb.update_or_create_student("jdoe")   # the roster's SIS login of user 23456 too
+    export = write_canvas_csv(folder, str(tmp_path / "canvas.csv"), roster=_roster(tmp_path))
+    _, _, students = canvas_import(export.path)   # no two rows for one ID
+    assert students["23456"]["Student"] == "Doe, John" and "jdoe" in export.unmatched
+    assert any("both map to Canvas user 23456" in w for w in export.warnings)
 
 
 def test_a_file_that_is_not_a_canvas_export_is_refused_as_a_roster(tmp_path):
