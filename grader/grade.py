@@ -530,11 +530,14 @@ def export_grades(run: Run) -> None:
 
 def export_canvas(run: Run) -> None:
     """The gradebook as Canvas imports it (``reports/canvas.csv``, :mod:`grader.export`):
-    students by Canvas user id, one column per assignment, with a Points Possible row."""
+    students by Canvas user id, one column per assignment, with a Points Possible row. The
+    roster is ``run.roster``, else ``canvas-roster.csv`` in the course folder when there is one
+    (the demo cohort has one)."""
     from .export import write_canvas_csv
 
+    roster = run.roster or os.path.join(run.course, DEFAULT_ROSTER)
     export = write_canvas_csv(run.course, os.path.join(run.report_dir, "canvas.csv"),
-                              roster=run.roster or None)
+                              roster=roster if os.path.exists(roster) else None)
     run.canvas_path = export.path
     for warning in export.warnings:
         run.log(f"canvas.csv: {warning}")
@@ -629,8 +632,6 @@ def main(argv: list[str] | None = None) -> int:
                              "unchanged (e.g. after fixing a test); grades are replaced, not added")
     args = parser.parse_args(argv)
     roster = args.roster
-    if roster is None and os.path.exists(os.path.join(args.course, DEFAULT_ROSTER)):
-        roster = os.path.join(args.course, DEFAULT_ROSTER)
     run = grade(args.course, args.assignment, workers=args.workers, timeout_s=args.timeout,
                 memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
                 sandbox=args.sandbox, regrade=args.regrade,

@@ -179,3 +179,19 @@ def test_a_file_that_is_not_a_canvas_export_is_refused_as_a_roster(tmp_path):
     path.write_text("student_id,score\nsmithjane,8\n")
     with pytest.raises(ValueError, match="not a Canvas gradebook export"):
         read_roster(str(path))
+
+
+def test_make_grade_reads_canvas_roster_csv_in_the_course_folder_as_the_demo_does(tmp_path):
+    from grader.demo import write_demo_roster
+
+    folder = _course(tmp_path)
+    shutil.rmtree(os.path.join(folder, "downloads"))
+    write_demo_roster(folder, ["doejohn", "leeann", "smithjane"])   # SIS Login ID = folder
+    run = Run(course=folder, assignments=[ASSIGNMENT], report_dir=os.path.join(folder, "reports"))
+    export_canvas(run)
+    _, _, students = canvas_import(run.canvas_path)
+    assert {v["SIS Login ID"]: (k, v["Student"], float(v[ASSIGNMENT]))
+            for k, v in students.items() if v["SIS Login ID"]} == {
+        "doejohn": ("100001", "Student, Doejohn", 2.0),
+        "leeann": ("100002", "Student, Leeann", 10.0),
+        "smithjane": ("100003", "Student, Smithjane", 8.5)}
