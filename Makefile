@@ -10,19 +10,23 @@ export PATH := $(BIN):$(PATH)
 # torch and torchvision pinned to releases that install without a network download here;
 # override e.g. `make setup TORCH_PINS="torch==2.6.0 torchvision==0.21.0"`.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
-# Debian packages: bubblewrap sandboxes learner code during grading; chromium drives the
-# browser tests. Installed when missing (as root, or through passwordless sudo).
-SYSTEM_PACKAGES := bubblewrap chromium
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+# System packages are installed only when asked for (as root, or through passwordless sudo;
+# otherwise the exact command is printed): `make setup-sandbox` installs bubblewrap, the sandbox
+# for learner code during grading; `make setup-browser` installs chromium, for the browser tests.
+# `make setup WITH="sandbox browser"` does both with the setup. `make setup` alone needs no root.
+WITH ?=
 STAMP := $(VENV)/.setup-done
 ASSIGNMENT ?=
 WORKERS ?= 1
 SIZE ?= ci
 
-.PHONY: setup test test-oldest lab bench gpu-check release grade bench-grade clean help
+.PHONY: setup setup-sandbox setup-browser test test-oldest lab bench gpu-check release grade gradescope bench-grade clean help
 
 help:
 	@echo "make grade     grade submitted/ (or the bundled demo cohort) into the gradebook"
+	@echo "make gradescope ASSIGNMENT=psN   the Gradescope autograder zip of a problem set"
+	@echo "make setup     the Python environment (.venv/); no root needed"
+	@echo "make setup-sandbox / setup-browser   bubblewrap (grading sandbox) / chromium (browser tests)"
 	@echo "make test      set up and run the test suite"
 	@echo "make test-oldest  the grader's tests and the chapters on the oldest supported torch"
 	@echo "make lab       JupyterLab on the course with nbgrader's extensions"
@@ -31,22 +35,31 @@ help:
 	@echo "make gpu-check the same at full size on CUDA, plus every chapter"
 	@echo "make clean     remove the venv and generated files"
 
-setup: $(STAMP)
+setup: $(STAMP) $(addprefix setup-,$(WITH))
 
-# Re-run only when the dependency list changes; a second `make setup` does nothing.
+# Re-run only when the dependency list changes; a second `make setup` does nothing. The stamp is
+# written last, so a setup that failed half-way runs again.
 $(STAMP): pyproject.toml
-	@command -v bwrap >/dev/null && command -v chromium >/dev/null || \
-	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; } || \
-	  echo "WARNING: could not install $(SYSTEM_PACKAGES): grading runs without a sandbox, browser tests fail"
 	test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q -e '.[course,dev]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(BIN)/jupyter labextension enable --level=sys_prefix nbgrader >/dev/null 2>&1 || true
+	@command -v bwrap >/dev/null || echo "note: bubblewrap is not installed: \`make grade\` grades real submissions only with it (\`make setup-sandbox\`, or SANDBOX=off knowingly)"
 	touch $@
 
-test: setup
+# Phony and checked every time: nothing records an install, so a failed one is tried again.
+setup-sandbox:
+	@scripts/system-package bwrap bubblewrap "the sandbox for learner code during make grade"
+
+# Debian's chromium. (Ubuntu's apt chromium is a snap stub: there, `.venv/bin/playwright install
+# chromium` and COURSE_CHROMIUM=<its chrome binary> for the browser tests.)
+setup-browser:
+	@scripts/system-package chromium chromium "the browser tests (tests/test_browser.py)"
+
+# The suite tests the sandbox and the browser, so it asks for both (CI runs it as root).
+test: setup setup-sandbox setup-browser
 	$(PY) -m pytest -q --durations=15 tests
 
 # The oldest torch the course supports (pyproject.toml: torch>=2.6), in a venv of its own: the
@@ -62,7 +75,7 @@ $(OLDEST_VENV)/.setup-done: pyproject.toml
 	$(OLDEST_VENV)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
-test-oldest: setup $(OLDEST_VENV)/.setup-done
+test-oldest: setup setup-sandbox $(OLDEST_VENV)/.setup-done
 	PATH=$(abspath $(OLDEST_VENV))/bin:$$PATH $(OLDEST_VENV)/bin/python -m pytest -q --durations=10 $(OLDEST_TESTS)
 
 lab: setup
@@ -76,8 +89,16 @@ release: setup
 # SANDBOX=off grades without bubblewrap (learner code can then read this machine's files).
 REGRADE ?=
 SANDBOX ?= auto
+# ROSTER=canvas-export.csv: Canvas's gradebook export, for names and sections in
+# reports/canvas.csv (canvas-roster.csv in the course folder is read without asking).
+ROSTER ?=
 grade: setup
-	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX)
+	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER))
+
+# The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
+gradescope: setup
+	@test -n "$(ASSIGNMENT)" || { echo "usage: make gradescope ASSIGNMENT=ps2"; exit 2; }
+	$(PY) -m grader.cli gradescope $(ASSIGNMENT)
 
 bench-grade: setup
 	$(PY) -m grader.bench_grade --out bench-results/bench-grade.md

@@ -4,10 +4,13 @@
     python -m grader.cli sync-notebooks               write the Colab setup cell into every notebook
     python -m grader.cli check KEY NOTEBOOK           grade one problem of a notebook in a fresh process
     python -m grader.cli grade [--assignment ps1] ... grade a cohort (what `make grade` runs)
+    python -m grader.cli canvas [--roster R] [--out O] the gradebook as Canvas imports it
+    python -m grader.cli gradescope ASSIGNMENT        the Gradescope autograder zip of a problem set
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -39,6 +42,25 @@ def _check(args) -> int:
     return 0 if evaluation.status == "ok" else 1
 
 
+def _canvas(args) -> int:
+    from .export import write_canvas_csv
+
+    export = write_canvas_csv(args.course, args.out or os.path.join(args.course, "reports", "canvas.csv"),
+                              roster=args.roster)
+    for warning in export.warnings:
+        print(f"warning: {warning}")
+    print(f"{export.path}: {len(export.rows) - 1} students (Canvas: Grades > Import)")
+    return 0
+
+
+def _gradescope(args) -> int:
+    from .gradescope import main as gradescope_main
+
+    return gradescope_main(["build", args.assignment]
+                           + (["--out", args.out] if args.out else [])
+                           + (["--torch-pins", args.torch_pins] if args.torch_pins else []))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course-grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,6 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-reference", action="store_true",
                    help="use the shipped floors instead of measuring the reference solution")
     p.set_defaults(func=_check)
+    p = sub.add_parser("canvas", help="write the gradebook as Canvas's gradebook import takes it")
+    p.add_argument("--course", default=".", help="the nbgrader course folder (with gradebook.db)")
+    p.add_argument("--roster", default=None, help="Canvas's gradebook export (Grades > Export)")
+    p.add_argument("--out", default=None, help="default: COURSE/reports/canvas.csv")
+    p.set_defaults(func=_canvas)
+    p = sub.add_parser("gradescope", help="build the Gradescope autograder zip of a problem set")
+    p.add_argument("assignment", help="e.g. ps2")
+    p.add_argument("--out", default=None, help="default: build/gradescope/ASSIGNMENT-autograder.zip")
+    p.add_argument("--torch-pins", default=None,
+                   help="what the zip's setup.sh installs for torch (default: this environment's)")
+    p.set_defaults(func=_gradescope)
     p = sub.add_parser("grade", help="grade submitted/ (or the demo cohort) into the gradebook; "
                                      "options as in `python -m grader.grade --help`", add_help=False)
     p.set_defaults(func=None)

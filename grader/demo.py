@@ -116,7 +116,26 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
                 "hal_corrupt": raw[: len(raw) // 2]}
         for student, persona in (cohort if cohort is not None else {p: p for p in PERSONAS}).items():
             _write(demo, student, assignment, name, made[persona])
+    write_demo_roster(demo, list(cohort) if cohort is not None else list(PERSONAS))
     return demo
+
+
+def write_demo_roster(demo: str, students: list[str]) -> str:
+    """A made-up Canvas gradebook export for the demo students (``canvas-roster.csv``: Canvas
+    user ids from 100001, the student folder as SIS Login ID), so that the demo's
+    ``reports/canvas.csv`` shows what a real course's does. Returns its path."""
+    import csv
+
+    path = os.path.join(demo, "canvas-roster.csv")
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section"])
+        writer.writerow(["    Points Possible", "", "", "", ""])
+        for number, student in enumerate(sorted(students), start=1):
+            first, _, last = student.partition("_")
+            writer.writerow([f"{last.title() or 'Student'}, {first.title()}", str(100000 + number),
+                             f"DEMO{number:03d}", student, "Demo section"])
+    return path
 
 
 def _write(demo: str, student: str, assignment: str, name: str, nb) -> None:

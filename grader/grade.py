@@ -45,6 +45,7 @@ RESULTS_FILE = "grader-results.json"   # the pipeline's result, kept beside the 
 DISAGREEMENTS_FILE = "grader-disagreements.json"  # test cells where the kernel showed otherwise
 DEFAULT_TIMEOUT_S = 20 * 60
 DEFAULT_MEMORY_BYTES = 10 * 1024 ** 3
+DEFAULT_ROSTER = "canvas-roster.csv"   # Canvas's gradebook export, if the instructor put it there
 
 
 @dataclasses.dataclass
@@ -95,6 +96,8 @@ class Run:
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
     csv_path: str = ""
+    roster: str = ""         # Canvas's gradebook export: names, sections, assignment ids
+    canvas_path: str = ""
     started: float = dataclasses.field(default_factory=time.monotonic)
 
     def log(self, text: str) -> None:
@@ -214,9 +217,16 @@ def choose_isolation(run: Run) -> None:
                 f"make grade: stopped before grading anyone: the sandbox for learner code cannot "
                 f"run here: {exc}.\nFix that, or grade without a sandbox (learner code can then "
                 f"read this machine's files, such as source/ and the gradebook, and print them "
-                f"into its feedback): make grade SANDBOX=off  (python -m grader.grade --sandbox off)")
+                f"into its feedback): make grade SANDBOX=off  (python -m grader.grade --sandbox off)"
+                + (f"\n{SANDBOX_SETUP_HINT}" if shutil.which("bwrap") is None else ""))
         run.isolation = sandbox.Isolation("none", str(exc))
     run.log(f"isolation of learner code: {run.isolation.describe()}")
+    if not run.isolation.sandboxed and shutil.which("bwrap") is None and run.sandbox != "off":
+        run.log(SANDBOX_SETUP_HINT)
+
+
+SANDBOX_SETUP_HINT = ("bubblewrap (the sandbox) is not installed: `make setup-sandbox` installs it "
+                      "(as root or through sudo), or prints the command for an administrator")
 
 
 def prepare_gradebook(run: Run) -> None:
@@ -518,6 +528,21 @@ def export_grades(run: Run) -> None:
     _nbgrader(run.course, "export", f"--CsvExportPlugin.to={run.csv_path}")
 
 
+def export_canvas(run: Run) -> None:
+    """The gradebook as Canvas imports it (``reports/canvas.csv``, :mod:`grader.export`):
+    students by Canvas user id, one column per assignment, with a Points Possible row. The
+    roster is ``run.roster``, else ``canvas-roster.csv`` in the course folder when there is one
+    (the demo cohort has one)."""
+    from .export import write_canvas_csv
+
+    roster = run.roster or os.path.join(run.course, DEFAULT_ROSTER)
+    export = write_canvas_csv(run.course, os.path.join(run.report_dir, "canvas.csv"),
+                              roster=roster if os.path.exists(roster) else None)
+    run.canvas_path = export.path
+    for warning in export.warnings:
+        run.log(f"canvas.csv: {warning}")
+
+
 def write_report(run: Run) -> None:
     from .report import write_report as _write
 
@@ -535,6 +560,7 @@ def summarize(run: Run) -> None:
     run.log(f"gradebook: {os.path.join(run.course, 'gradebook.db')}")
     run.log(f"feedback:  {os.path.join(run.course, 'feedback')}/STUDENT/ASSIGNMENT/")
     run.log(f"grades:    {run.csv_path}")
+    run.log(f"canvas:    {run.canvas_path}  (Canvas: Grades > Import)")
     run.log(f"report:    {getattr(run, 'report_path', '')}")
     run.log(f"isolation: {run.isolation.describe()}")
 
@@ -546,6 +572,7 @@ STEPS = [
     autograde_all,
     generate_feedback,   # after autograding: renders the autograded notebooks
     export_grades,
+    export_canvas,       # after export: the same final scores, in Canvas's layout
     write_report,        # after export: reads the gradebook's final scores
     summarize,
 ]
@@ -596,13 +623,19 @@ def main(argv: list[str] | None = None) -> int:
                              "and bwrap: where it cannot run, real submissions are not graded "
                              "(the demo cohort runs without it under auto); off: no sandbox "
                              "(learner code can read this machine's files)")
+    parser.add_argument("--roster", default=None,
+                        help="Canvas's gradebook export (Grades > Export), for names, sections "
+                             "and assignment ids in reports/canvas.csv (default: "
+                             f"{DEFAULT_ROSTER} in the course folder, when there is one)")
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again, even those already graded and "
                              "unchanged (e.g. after fixing a test); grades are replaced, not added")
     args = parser.parse_args(argv)
+    roster = args.roster
     run = grade(args.course, args.assignment, workers=args.workers, timeout_s=args.timeout,
                 memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
-                sandbox=args.sandbox, regrade=args.regrade)
+                sandbox=args.sandbox, regrade=args.regrade,
+                roster=os.path.abspath(roster) if roster else "")
     return exit_status(run)
 
 

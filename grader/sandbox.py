@@ -208,6 +208,13 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
         prefix.append("--")
     if not isolation.sandboxed:
         return prefix + ["env", "-i", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+    # The grader package is bound where it lies: put it first on the path there, so the sandboxed
+    # Python imports this very copy whatever installed it (an editable install pointing at
+    # another checkout, a copy unpacked from a Gradescope autograder zip). Its parent folder
+    # holds nothing else inside the sandbox.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(grader_package_dir())]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     made: set[str] = set()
     box = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",

@@ -38,7 +38,8 @@ def test_make_setup_is_idempotent():
 
 def test_every_make_target_that_needs_the_environment_depends_on_setup():
     makefile = open(os.path.join(ROOT, "Makefile")).read()
-    for target in ("test", "lab", "bench", "gpu-check", "release", "grade", "bench-grade"):
+    for target in ("test", "lab", "bench", "gpu-check", "release", "grade", "bench-grade",
+                   "gradescope"):
         m = re.search(rf"^{re.escape(target)}:(.*)$", makefile, re.M)
         assert m, f"no `{target}` target"
         assert "setup" in m.group(1), f"`{target}` does not depend on setup"

@@ -1,0 +1,77 @@
+"""Setup without root: `make setup` installs no system package; bubblewrap and chromium come from
+`make setup-sandbox` / `make setup-browser` (scripts/system-package), which install them as root
+or through sudo, print the exact command otherwise, and record nothing, so a failed install is
+tried again. `make test` asks for both (the suite tests the sandbox and the browser).
+
+scripts/system-package runs here against fake `id`, `sudo` and `apt-get` on PATH: nothing is
+installed on this machine.
+"""
+import os
+import re
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "system-package")
+CMD, PKG = "course-test-command", "course-test-package"
+
+
+def _fake(folder, name: str, body: str) -> None:
+    path = os.path.join(folder, name)
+    with open(path, "w") as fh:
+        fh.write("#!/bin/sh\n" + body + "\n")
+    os.chmod(path, 0o755)
+
+
+def _run(fakebin) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{fakebin}:/usr/bin:/bin")
+    return subprocess.run(["bash", SCRIPT, CMD, PKG, "for a test"], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def _apt(fakebin, log, works: bool) -> None:
+    """A fake apt-get that logs its calls and, when it works, "installs" the command."""
+    install = f'[ "$1" = install ] && {{ printf "#!/bin/sh\\n" > {fakebin}/{CMD}; chmod +x {fakebin}/{CMD}; }}'
+    _fake(fakebin, "apt-get", f'echo "$@" >> {log}\n' + (install + "\nexit 0" if works else "exit 100"))
+
+
+def test_without_root_or_sudo_it_prints_the_exact_command_and_fails(tmp_path):
+    _fake(tmp_path, "id", '[ "$1" = -u ] && echo 1000 || /usr/bin/id "$@"')
+    _fake(tmp_path, "sudo", "exit 1")               # sudo asks for a password: refused with -n
+    _apt(tmp_path, tmp_path / "apt.log", works=True)
+    proc = _run(tmp_path)
+    assert proc.returncode == 1
+    assert f"sudo apt-get install -y {PKG}" in proc.stdout
+    assert not (tmp_path / "apt.log").exists()      # it did not try
+
+
+def test_a_failed_install_fails_and_is_tried_again_next_time(tmp_path):
+    _fake(tmp_path, "id", '[ "$1" = -u ] && echo 0 || /usr/bin/id "$@"')   # root
+    log = tmp_path / "apt.log"
+    _apt(tmp_path, log, works=False)
+    proc = _run(tmp_path)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout
+    _apt(tmp_path, log, works=True)                  # e.g. the mirror is back
+    proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    calls = open(log).read().splitlines()
+    assert calls.count("update -qq") == 2 and calls[-1] == f"install -y -qq {PKG}"  # tried twice
+    # Installed now: the next call checks the command and does nothing.
+    os.remove(log)
+    assert _run(tmp_path).returncode == 0 and not log.exists()
+
+
+def _dry_run(target: str) -> str:
+    # -n prints the recipes without running them; -B as if nothing were set up yet.
+    return subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_make_setup_installs_no_system_package_and_make_test_asks_for_both():
+    setup = _dry_run("setup")
+    assert "pip install" in setup
+    assert not re.search(r"apt-get|sudo|system-package", setup), setup
+    test = _dry_run("test")
+    assert "system-package bwrap bubblewrap" in test
+    assert "system-package chromium chromium" in test
+    grade = _dry_run("grade")
+    assert not re.search(r"apt-get|sudo|system-package", grade)
