@@ -51,12 +51,12 @@ $(STAMP): pyproject.toml
 
 # Phony and checked every time: nothing records an install, so a failed one is tried again.
 setup-sandbox:
-	@scripts/system-package bwrap bubblewrap "the sandbox for learner code during make grade"
+	@grader/tools/system-package bwrap bubblewrap "the sandbox for learner code during make grade"
 
 # Debian's chromium. (Ubuntu's apt chromium is a snap stub: there, `.venv/bin/playwright install
 # chromium` and COURSE_CHROMIUM=<its chrome binary> for the browser tests.)
 setup-browser:
-	@scripts/system-package chromium chromium "the browser tests (tests/test_browser.py)"
+	@grader/tools/system-package chromium chromium "the browser tests (tests/test_browser.py)"
 
 # The suite tests the sandbox and the browser, so it asks for both (CI runs it as root).
 test: setup setup-sandbox setup-browser

@@ -1,9 +1,9 @@
 """Setup without root: `make setup` installs no system package; bubblewrap and chromium come from
-`make setup-sandbox` / `make setup-browser` (scripts/system-package), which install them as root
+`make setup-sandbox` / `make setup-browser` (grader/tools/system-package), which install them as root
 or through sudo, print the exact command otherwise, and record nothing, so a failed install is
 tried again. `make test` asks for both (the suite tests the sandbox and the browser).
 
-scripts/system-package runs here against fake `id`, `sudo` and `apt-get` on PATH: nothing is
+grader/tools/system-package runs here against fake `id`, `sudo` and `apt-get` on PATH: nothing is
 installed on this machine.
 """
 import os
@@ -11,7 +11,7 @@ import re
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "scripts", "system-package")
+SCRIPT = os.path.join(ROOT, "grader", "tools", "system-package")
 CMD, PKG = "course-test-command", "course-test-package"
 
 
