@@ -275,6 +275,24 @@ def fresh_inductor_cache() -> contextlib.AbstractContextManager:
     return maker()
 
 
+@contextlib.contextmanager
+def outer_loop_fused_kernels() -> Iterator[list]:
+    """Yields a list that, when the block ends, holds one number per generated C++ function
+    whose loop nests Inductor fused under one outer loop: how many loop nests (each a kernel of
+    its own without that fusion, and on a GPU) it runs. Empty where torch does not record it."""
+    from torch._inductor import metrics
+
+    before = getattr(metrics, "cpp_outer_loop_fused_inner_counts", None)
+    start = len(before) if before is not None else 0
+    result: list[int] = []
+    try:
+        yield result
+    finally:
+        after = getattr(metrics, "cpp_outer_loop_fused_inner_counts", None) or []
+        new = after[start:] if after is before else after
+        result.extend(int(getattr(c, "inner_kernel_number", 1)) for c in new)
+
+
 def run_and_get_code(fn: Callable, *args) -> tuple[Any, list[str]]:
     """Call a compiled ``fn`` and return its result and the source of the code Inductor wrote."""
     from torch._inductor.utils import run_and_get_code as _run_and_get_code

@@ -6,7 +6,10 @@ hidden where the count cannot see it.
 What counts, the same way on CPU and GPU, read from the code Inductor wrote (its wrapper module):
 
 - a **generated kernel** is one function Inductor generates and launches: a ``triton_*`` kernel on
-  a GPU, a ``cpp_fused_*`` C++ function on a CPU (one ``async_compile`` definition each);
+  a GPU, a ``cpp_fused_*`` C++ function on a CPU (one ``async_compile`` definition each). On a
+  CPU, Inductor can also run several loop nests inside one C++ function under a shared outer loop
+  ("outer loop fusion"); each of those loop nests counts, as it would be a kernel of its own on
+  a GPU;
 - a **library call** is a kernel Inductor calls instead of generating: ``extern_kernels.mm``,
   ``convolution`` and the like (cuBLAS, cuDNN, oneDNN), an ATen fallback for an op Inductor does not
   lower (``torch.ops.aten.*``), or a custom operator (``torch.ops.<namespace>.*``), whose inside the
@@ -94,9 +97,13 @@ def fusion_report(fn: Callable, *example_inputs, mode: str | None = None,
     compile of ``fn`` (an earlier report, or the learner's ``torch.compile``) is not reused.
     ``keep_code`` keeps Inductor's wrapper module(s) in :attr:`FusionReport.code`.
     """
-    with ti.fresh_inductor_cache(), ti.quiet_torch_logs(), ti.own_automatic_dynamic_state():
+    with ti.fresh_inductor_cache(), ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
+            ti.outer_loop_fused_kernels() as outer_fused:
         opt = ti.compile_fresh(fn, mode=mode, **compile_options)
         _, sources = ti.run_and_get_code(opt, *example_inputs)
     code = "\n\n\n".join(sources)
-    return FusionReport(kernels=len(kernel_sources(code)), device=_device_of(example_inputs),
+    # On a CPU, Inductor may run several loop nests inside one C++ function under a shared
+    # outer loop: each counts as the kernel it is on a GPU, so a count means the same on both.
+    kernels = len(kernel_sources(code)) + sum(n - 1 for n in outer_fused)
+    return FusionReport(kernels=kernels, device=_device_of(example_inputs),
                         code=code if keep_code else "", library=library_calls(code))

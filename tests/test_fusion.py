@@ -1,6 +1,6 @@
 """grader.fusion: kernel counts from Inductor, not fooled by the FX graph cache.
 
-Cold C++ compiles cost ~7-20 s each on the 2-core box: this file compiles four times.
+Cold C++ compiles cost ~7-20 s each on the 2-core box: this file compiles five times.
 """
 from __future__ import annotations
 
@@ -74,3 +74,14 @@ def test_work_hidden_in_a_custom_op_is_counted_and_named():
     report = fusion_report(hidden, torch.randn(8, 8))
     assert report.custom_ops == ["torch.ops.course_test.opaque_chain.default"]
     assert report.total == report.kernels + 1 >= 2
+
+
+def test_loop_nests_fused_under_one_outer_loop_count_as_the_kernels_they_are():
+    """ps2's loop version: on a CPU Inductor runs its 17 loop nests inside one C++ function
+    under a shared outer loop (on a GPU they are 17 kernels); the count must not fall to 1, or
+    the unfused version would pass the fusion check on a CPU only."""
+    from grader.problems.ps2 import MAX_KERNELS, GroupNormGELU, example_inputs
+
+    report = fusion_report(GroupNormGELU(), *example_inputs(), keep_code=True)
+    functions = report.code.count("async_compile.cpp")       # 1 on torch 2.14
+    assert report.kernels > MAX_KERNELS, (report, functions)
