@@ -62,9 +62,9 @@ setup-browser:
 test: setup setup-sandbox setup-browser
 	$(PY) -m pytest -q --durations=15 tests
 
-# The oldest torch the course supports (pyproject.toml: torch>=2.6), in a venv of its own: the
+# The oldest torch the course supports (pyproject.toml: torch>=2.8), in a venv of its own: the
 # grader's tests and the chapters at CI size. Not part of `make test` (it downloads ~3 GB).
-OLDEST_PINS ?= torch==2.6.0 torchvision==0.21.0
+OLDEST_PINS ?= torch==2.8.0 torchvision==0.23.0
 OLDEST_VENV := .venv-oldest
 OLDEST_TESTS ?= tests --ignore=tests/test_browser.py --ignore=tests/test_colab_runtime.py --ignore=tests/test_packaging.py
 $(OLDEST_VENV)/.setup-done: pyproject.toml
