@@ -60,7 +60,8 @@ class Evaluation:
 
     @property
     def with_reference(self) -> bool:
-        return bool(self.result.get("checks", {}).get("speed", {}).get("with_reference"))
+        checks = self.result.get("checks", {})
+        return any(bool(checks.get(name, {}).get("with_reference")) for name in ("speed", "job"))
 
     def outcome(self, name: str) -> dict:
         if self.status != "ok":
