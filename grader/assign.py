@@ -6,7 +6,7 @@ overwrites ``release/<assignment>/`` (``--force``). ``release/`` is committed; t
 :func:`is_release_stale` to fail when someone edited ``source/`` and forgot ``make release``.
 
 nbgrader shells out to ``alembic`` (and must find ``jupyter``): the interpreter's ``bin/`` is put
-first on ``PATH`` for every call (COURSE_DESIGN.md, known pitfalls).
+first on ``PATH`` for every call (a venv run without activating it otherwise fails there).
 """
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="workload size (default: full on cuda, small on cpu)")
     parser.add_argument("--repeats", type=int, default=5, help="repeats of the stability measurement")
     parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads for timed runs (1: steadiest, see COURSE_DESIGN.md)")
+                        help="CPU threads for timed runs (1: the steadiest timings on a shared 2-core machine)")
     parser.add_argument("--calibrate", action="store_true",
                         help="measure each problem's reference and write self-check floors")
     parser.add_argument("--only", default=None,

@@ -227,6 +227,15 @@ def _namespace_for(problem_module: str, name: str = "__learner__") -> dict:
 _GRADING_API = {"check", "evaluate", "run_test"}
 
 
+def _timed_version(model, problem: Problem, options: dict):
+    """What a job or speed measurement calls: ``model`` eagerly for ``mode="none"``, else
+    compiled with ``options`` (and ``fullgraph=True`` where the problem times one graph)."""
+    if options.get("mode") == NO_COMPILE:
+        return _no_grad(model)
+    options = {**options, "fullgraph": True} if problem.timed_fullgraph else dict(options)
+    return _no_grad(torch.compile(model, **options))
+
+
 def _no_grad(fn):
     def call(*args):
         with torch.no_grad():
@@ -315,8 +324,7 @@ def check_speed(s: Session) -> dict:
     problem = s.problem
     # Speed is credited to one graph only: a Python-side cache or shortcut in `forward` would
     # need a graph break, and fullgraph turns that into an error instead of a speedup.
-    options = {**s.compile_kwargs, "fullgraph": True} if problem.timed_fullgraph else s.compile_kwargs
-    learner_c = _no_grad(torch.compile(s.learner_model, **options))
+    learner_c = _timed_version(s.learner_model, problem, s.compile_kwargs)
     target = problem.target
     if s.reference is None:  # self-check: shipped floors only
         target = targets.self_check_target(problem)
@@ -353,13 +361,8 @@ def check_job(s: Session) -> dict:
     mode, against the reference's choice and against not compiling, in the same run."""
     if not s.results.get("correctness", {"ok": True})["ok"]:
         return {"ok": False, "verdict": "fail", "message": "not timed: the outputs are wrong"}
-    problem, options = s.problem, dict(s.compile_kwargs)
-    if options.get("mode") == NO_COMPILE:
-        learner = s.learner_eager
-    else:
-        if problem.timed_fullgraph:
-            options["fullgraph"] = True
-        learner = _no_grad(torch.compile(s.learner_model, **options))
+    problem = s.problem
+    learner = _timed_version(s.learner_model, problem, s.compile_kwargs)
     with ti.fresh_inductor_cache():  # a cold compile (if any), as the reference's was
         first = timing.first_call_seconds(learner, s.pool[0], s.device)
     fns = {"baseline": s.base_eager, "learner": learner}
@@ -442,13 +445,7 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
         _forget_sources("reference ")
         entry = ref_ns[problem.entry]
         ref_model = problem.instantiate(entry, base_model, device)
-        options = problem.compile_kwargs(entry)
-        if options.get("mode") == NO_COMPILE:
-            reference = _no_grad(ref_model)
-        else:
-            if problem.timed_fullgraph:
-                options["fullgraph"] = True
-            reference = _no_grad(torch.compile(ref_model, **options))
+        reference = _timed_version(ref_model, problem, problem.compile_kwargs(entry))
         del ref_ns, entry
         sys.modules.pop("__reference__", None)
     reference_first_s = 0.0
