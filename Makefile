@@ -92,8 +92,12 @@ SANDBOX ?= auto
 # ROSTER=canvas-export.csv: Canvas's gradebook export, for names and sections in
 # reports/canvas.csv (canvas-roster.csv in the course folder is read without asking).
 ROSTER ?=
+# EXECUTOR=ray grades each submission as a Ray task: on RAY_ADDRESS=<head:port> (a running
+# cluster), else on a local Ray instance (README: "Grading on a Ray cluster").
+EXECUTOR ?= local
+RAY_ADDRESS ?=
 grade: setup
-	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER))
+	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER)) --executor $(EXECUTOR) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS))
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
 gradescope: setup

@@ -1,5 +1,6 @@
 """Benchmark of ``make grade``: seconds per submission for each problem set, first submission
-vs later ones, and throughput with 1 and 2 workers.
+vs later ones, where a submission's seconds go, and throughput with 1 and 2 local workers and
+on a local Ray instance with as many CPUs (``EXECUTOR=ray``: Ray's overhead per task).
 
     python -m grader.bench_grade --out bench-results/bench-grade.md     # make bench-grade
 
@@ -27,13 +28,45 @@ def _cohort(students: int) -> dict[str, str]:
     return {f"s{i:02d}": "ada_full" for i in range(1, students + 1)}
 
 
-def grade_cohort(assignment: str, students: int, workers: int, folder: str):
-    """Grade ``students`` full solutions of ``assignment`` with ``workers``; the run and seconds."""
+def grade_cohort(assignment: str, students: int, workers: int, folder: str,
+                 executor: str = "local"):
+    """Grade ``students`` full solutions of ``assignment`` with ``workers`` (local threads, or
+    the CPUs of a local Ray instance); the run and its seconds (Ray's start included)."""
     shutil.rmtree(folder, ignore_errors=True)
     build_demo_course(REPO, [assignment], folder=folder, cohort=_cohort(students))
     t0 = time.monotonic()
-    run = grade(folder, [assignment], workers=workers)
+    if executor == "ray":
+        import ray
+
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=200 * 1024 ** 2)
+    run = grade(folder, [assignment], workers=workers, executor=executor)
     return run, time.monotonic() - t0
+
+
+# The breakdown's columns: name -> the outcome phases they add up (see grader.worker's phases and
+# grader.grade._grade_one).
+PARTS = {
+    "worker start": ("worker start",),
+    "inputs and imports": ("setup",),
+    "compiler warm-up": ("compiler warm-up",),
+    "baseline and reference compile": ("baseline compile", "reference compile", "expected outputs"),
+    "learner cells": ("learner cells",),
+    "checks (without speed)": ("check correctness", "check fullgraph", "check breaks",
+                               "check recompiles", "check fusion"),
+    "speed and job timing": ("check speed", "check job"),
+    "nbgrader run of the notebook": ("nbgrader autograde",),
+}
+PARTS_HELP = ("worker start = sandbox, interpreter and imports until the worker reads its job; "
+              "inputs and imports = building the inputs and the baseline model (and unpacking "
+              "the prepared cache); compiler warm-up = Inductor's first compile in the process; "
+              "speed and job timing include compiling the learner's code; nbgrader run = "
+              "nbgrader autograde with its kernel (the notebook's cells, for the feedback); "
+              "total = the whole submission, copies and merge included.")
+
+
+def _part(outcome, part: str) -> float:
+    return sum(outcome.phases.get(name, 0.0) for name in PARTS[part])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,32 +77,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--students", type=int, default=3,
                         help="submissions per cohort (full solutions)")
     parser.add_argument("--workers", default="1,2", help="comma list of worker counts to compare")
+    parser.add_argument("--executors", default="local,ray",
+                        help="comma list: local (worker threads) and/or ray (a local Ray instance)")
     parser.add_argument("--out", default="bench-results/bench-grade.md", help="markdown file to write")
     args = parser.parse_args(argv)
     assignments = args.assignment or sorted(
         d for d in os.listdir(os.path.join(REPO, "source"))
         if os.path.isdir(os.path.join(REPO, "source", d)))
     worker_counts = [int(w) for w in args.workers.split(",")]
-    rows = []
+    executors = args.executors.split(",")
+    rows, breakdown, totals = [], [], {}
     for assignment in assignments:
-        for workers in worker_counts:
-            folder = os.path.join(REPO, "build", f"bench-grade-{assignment}-w{workers}")
-            run, total = grade_cohort(assignment, args.students, workers, folder)
-            graded = [o for o in run.outcomes if o.status == "graded"]
-            seconds = [o.seconds for o in sorted(graded, key=lambda o: o.submission.student)]
-            scores = sorted({f"{o.score:g}/{o.max_score:g}" for o in run.outcomes})
-            rows.append([assignment, workers, len(run.outcomes), f"{seconds[0]:.0f}" if seconds else "-",
-                         f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
-                         f"{total:.0f}", f"{60 * len(run.outcomes) / total:.2f}", ", ".join(scores)])
-            shutil.rmtree(folder, ignore_errors=True)
-    header = ["problem set", "workers", "submissions", "first s/submission",
-              "later s/submission (median)", "total s", "submissions/min", "scores"]
+        for executor in executors:
+            for workers in worker_counts:
+                folder = os.path.join(REPO, "build", f"bench-grade-{assignment}-{executor}{workers}")
+                run, total = grade_cohort(assignment, args.students, workers, folder, executor)
+                totals[(assignment, executor, workers)] = total
+                graded = sorted((o for o in run.outcomes if o.status == "graded"),
+                                key=lambda o: o.submission.student)
+                seconds = [o.seconds for o in graded]
+                scores = sorted({f"{o.score:g}/{o.max_score:g}" for o in run.outcomes})
+                if executor == executors[0] and workers == worker_counts[0]:
+                    later = graded[1:] or graded
+                    breakdown.append([assignment, f"{run.prepare_seconds:.1f}"]
+                                     + [f"{statistics.median(_part(o, part) for o in later):.1f}"
+                                        if later else "-" for part in PARTS]
+                                     + [f"{statistics.median(o.seconds for o in later):.1f}"
+                                        if later else "-"])
+                overhead = "-"
+                if executor == "ray" and ("local", workers) in {(e, w) for (_, e, w) in totals}:
+                    # Ray's extra wall time over local workers, per submission (its start included)
+                    local = totals[(assignment, "local", workers)]
+                    overhead = f"{(total - local) / max(1, len(run.outcomes)):.1f}"
+                rows.append([assignment, executor, workers, len(run.outcomes),
+                             f"{seconds[0]:.0f}" if seconds else "-",
+                             f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
+                             f"{run.prepare_seconds:.0f}", f"{total:.0f}",
+                             f"{60 * len(run.outcomes) / total:.2f}", overhead, ", ".join(scores)])
+                shutil.rmtree(folder, ignore_errors=True)
+    header = ["problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
+              "later s/submission (median)", "prepare s (once)", "total s", "submissions/min",
+              "Ray overhead s/submission", "scores"]
     table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                       + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    parts_header = ["problem set", "prepared once per run"] + list(PARTS) + ["total"]
+    parts_table = "\n".join(["| " + " | ".join(parts_header) + " |", "|" + "---|" * len(parts_header)]
+                            + ["| " + " | ".join(r) + " |" for r in breakdown])
     text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
             f"{time.strftime('%Y-%m-%d %H:%M')}\n\nEach submission is graded in its own course copy "
-            f"with its own Inductor cache (isolation), so later submissions reuse only what the "
-            f"operating system keeps warm (imports, files), not compiled kernels.\n\n{table}\n")
+            f"with its own Inductor cache (isolation); what later submissions share is the "
+            f"baseline and reference, compiled once per run before anyone is graded (their cache "
+            f"travels to each worker as data and is removed before learner code runs). Ray rows: "
+            f"a local Ray instance with that many CPUs, one task per submission; its overhead is "
+            f"its extra wall time over local workers (Ray's start included), per submission."
+            f"\n\n{table}\n\n"
+            f"## Where a submission's seconds go\n\nMedian seconds per later submission "
+            f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
+            f"worker each): {PARTS_HELP}\n\n{parts_table}\n")
     print("\n" + text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:

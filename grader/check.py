@@ -245,14 +245,17 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
              device: str | None = None, budget_s: float | None = None,
              timeout_s: float | None = None, sandbox: str = "auto",
              problem_module: str | None = None, course_root: str | None = None,
-             checks: Iterable[str] | None = None, cache: bool = True) -> Evaluation:
+             checks: Iterable[str] | None = None, cache: bool = True,
+             prepared: dict | None = None, isolation=None) -> Evaluation:
     """Grade ``key`` in a fresh process from the source of ``objects`` (or from ``cells``).
 
     ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
     (self-check floors only). Results are cached in this process by the learner's source, so
     several test cells share one measurement (``cache=False``: always measure). ``checks`` limits which of the problem's checks
     run (default: all). ``sandbox``: 'auto', 'bwrap' (required) or 'off' (see
-    :func:`grader.sandbox.probe`).
+    :func:`grader.sandbox.probe`); ``isolation``: one already probed (a grading run probes once).
+    ``prepared``: the compiled baseline and reference from :func:`prepare` (a grading run
+    compiles them once, not once per submission).
     """
     from . import isolate, static_check, verify
     from .targets import default_device, device_class
@@ -280,8 +283,10 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
     if cache and digest in _RESULTS:
         return _RESULTS[digest]
+    if prepared and ref:
+        spec["prepared"] = prepared
     raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
-                             sandbox_mode=sandbox)
+                             sandbox_mode=sandbox, isolation=isolation)
     result = raw if raw.get("status") in ("timeout", "crashed", "rejected") else verify.verify(
         problem, raw, checks=checks, with_reference=ref is not None,
         device_class=device_class(device))
@@ -290,6 +295,52 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     if cache and result.get("status") in ("ok", "learner_error", "tampered", "refused"):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
+
+
+def prepare(key: str, *, course_root: str | None = None, device: str | None = None,
+            sandbox: str = "auto", isolation=None, problem_module: str | None = None,
+            timeout_s: float | None = None) -> dict | None:
+    """Compile ``key``'s baseline and reference solution once, for every submission of a grading
+    run (:func:`evaluate`'s ``prepared``): their compiler cache folder, packed, and the
+    reference's cold first call in seconds, timed there. ``None`` when the problem is not timed,
+    there is no reference at hand, or the preparation failed (each submission then compiles
+    them itself, as without it). Runs no learner code."""
+    from . import isolate
+    from .targets import default_device
+
+    problem = get_problem(key, problem_module)
+    if not any(c in problem.checks for c in ("speed", "job")):
+        return None
+    ref = reference_cells(problem, course_root)
+    if not ref:
+        return None
+    spec = {"problem": key, "problem_module": problem_module, "prepare": True,
+            "learner_cells": [], "reference_cells": [c.to_dict() for c in ref],
+            "device": device or default_device()}
+    raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
+                             sandbox_mode=sandbox, isolation=isolation)
+    first = raw.get("reference_first_s")
+    if raw.get("status") != "ok" or not isinstance(raw.get("cache"), str) \
+            or not isinstance(first, (int, float)) or isinstance(first, bool) or not first >= 0:
+        return None
+    return {"cache": raw["cache"], "reference_first_s": float(first),
+            "seconds": (raw.get("phases") or {}).get("baseline and reference")}
+
+
+def skip_while_grading() -> bool:
+    """True (after printing why) while nbgrader autogrades the notebook (``make grade``,
+    Formgrader: nbgrader sets ``NBGRADER_EXECUTION=autograde``). An exploration cell, from which
+    nothing is scored, returns early then instead of spending a submission's grading seconds on
+    its measurements; it runs as usual everywhere else (your kernel, Colab, validate).
+
+    >>> if not skip_while_grading():
+    ...     print(fusion_report(MyModel(), *example_inputs()))
+    """
+    if os.environ.get("NBGRADER_EXECUTION") != "autograde":
+        return False
+    print("Not run while grading: this cell only explores (nothing is scored from it). "
+          "Run it in your own notebook to see its figures.")
+    return True
 
 
 def check(key: str, *objects, **options) -> Evaluation:

@@ -76,6 +76,8 @@ class Outcome:
     score: float = 0.0
     max_score: float = 0.0
     seconds: float = 0.0
+    phases: dict = dataclasses.field(default_factory=dict)  # seconds by step (bench-grade)
+    node: str = ""           # where it was graded (Ray), empty for local workers
 
 
 @dataclasses.dataclass
@@ -93,6 +95,11 @@ class Run:
     demo: bool = False
     isolation: sandbox.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
+    prepared: dict = dataclasses.field(default_factory=dict)  # assignment -> problem -> prepared
+    prepare_seconds: float = 0.0
+    executor: str = "local"  # 'local' (worker threads here) or 'ray' (grader.distributed)
+    ray_address: str = ""    # a running Ray cluster; empty: RAY_ADDRESS, else a local instance
+    ray: object = None       # the RayExecutor, once started
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
     csv_path: str = ""
@@ -255,15 +262,57 @@ def _db_url(course: str) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(course), "gradebook.db")
 
 
+def prepare_references(run: Run) -> None:
+    """Compile each timed problem's baseline and reference solution once for the whole run
+    (:func:`grader.pipeline.prepare_references`); every submission's worker then starts from
+    that compiler cache instead of compiling them again, and is credited against the reference's
+    cold compile time measured here. Runs no learner code."""
+    from .pipeline import prepare_references as prepare
+
+    gpus = _gpu_count()
+    for assignment in sorted({s.assignment for s in run.submissions
+                              if run.regrade or not _already_graded(run, s)}):
+        started = time.monotonic()
+        if run.executor == "ray":  # built on a grading node: the cache suits its machine type
+            run.prepared[assignment] = _ray(run).prepare(run.course, assignment, _task_options(run))
+        else:
+            run.prepared[assignment] = prepare(
+                assignment, run.course, sandbox=_sandbox_mode(run), isolation=run.isolation,
+                device="cuda:0" if gpus else None)
+        if run.prepared[assignment]:
+            run.log(f"{assignment}: baseline and reference compiled once for the run "
+                    f"({', '.join(sorted(run.prepared[assignment]))}) in "
+                    f"{time.monotonic() - started:.0f} s")
+        run.prepare_seconds += time.monotonic() - started
+
+
+def _sandbox_mode(run: Run) -> str:
+    return run.isolation.mode if run.isolation.sandboxed else "off"
+
+
+def _ray(run: Run):
+    if run.ray is None:
+        from .distributed import RayExecutor
+
+        run.ray = RayExecutor(run.ray_address or None)
+        run.log(run.ray.describe())
+    return run.ray
+
+
+def _task_options(run: Run) -> dict:
+    """What a Ray task needs to grade as this run does (plain data)."""
+    return {"sandbox": _sandbox_mode(run), "timeout_s": run.timeout_s,
+            "memory_bytes": run.memory_bytes, "cell_timeout_s": run.cell_timeout_s}
+
+
 def autograde_all(run: Run) -> None:
     """Autograde each submission in isolation (``run.workers`` at once); merge each finished one
     into the gradebook from this process only, and mark it done."""
     todo, done = [], []
     for sub in run.submissions:
-        marker = _marker_path(run.course, sub)
         digest = sub.digest()
-        if not run.regrade and os.path.exists(marker) and json.load(open(marker)).get("digest") == digest:
-            prev = json.load(open(marker))
+        prev = None if run.regrade else _already_graded(run, sub, digest)
+        if prev is not None:
             done.append(Outcome(sub, "skipped", prev.get("reason", ""), prev.get("score", 0.0),
                                 prev.get("max_score", 0.0)))
         elif _unreadable_reason(sub):
@@ -277,6 +326,9 @@ def autograde_all(run: Run) -> None:
     if not todo:
         return
     progress = _Progress(len(todo))
+    if run.executor == "ray":
+        _autograde_on_ray(run, todo, progress)
+        return
     gpus = _gpu_count()
     with cf.ThreadPoolExecutor(max_workers=max(1, run.workers)) as pool:
         futures = {pool.submit(_grade_one, run, sub, slot % max(1, run.workers), gpus): (sub, digest)
@@ -284,13 +336,14 @@ def autograde_all(run: Run) -> None:
         try:
             for future in cf.as_completed(futures):
                 sub, digest = futures[future]
-                tmp, failure, seconds = future.result()
+                tmp, failure, seconds, phases = future.result()
                 try:
                     outcome = _merge(run, sub, tmp, failure, digest)  # the single writer
                 finally:
                     if tmp:
                         shutil.rmtree(tmp, ignore_errors=True)
                 outcome.seconds = seconds
+                outcome.phases = phases
                 run.outcomes.append(outcome)
                 progress.step(f"{sub.name}: {outcome.status} {outcome.score:g}/{outcome.max_score:g}"
                               + (f" ({outcome.reason.splitlines()[0][:70]})" if outcome.reason else ""))
@@ -299,6 +352,43 @@ def autograde_all(run: Run) -> None:
             for f in futures:
                 f.cancel()
             raise
+
+
+def _autograde_on_ray(run: Run, todo: list, progress: "_Progress") -> None:
+    """Each submission a Ray task (:mod:`grader.distributed`); each finished one merged here,
+    the only writer, exactly once."""
+    from .distributed import unpack_result
+
+    executor = _ray(run)
+    options = _task_options(run)
+    prepared = {a: executor.put(p) for a, p in run.prepared.items()}  # sent once per node
+    for index, (sub, digest) in enumerate(todo):
+        executor.submit(index, run.course, sub.student, sub.assignment, options,
+                        prepared.get(sub.assignment))
+    try:
+        for index, result in executor.finished():
+            sub, digest = todo[index]
+            if isinstance(result, Exception):
+                tmp, node, seconds, phases = None, "?", 0.0, {}
+                failure = (f"the grading task failed on Ray in every try "
+                           f"({type(result).__name__}: {str(result).strip().splitlines()[-1:]})")
+            else:
+                tmp, node = unpack_result(result), result["node"]
+                failure, seconds, phases = result["failure"], result["seconds"], result["phases"]
+            try:
+                outcome = _merge(run, sub, tmp, failure, digest)
+            finally:
+                if tmp:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            outcome.seconds, outcome.phases, outcome.node = seconds, phases, node
+            run.outcomes.append(outcome)
+            progress.step(f"{sub.name} on {node}: {outcome.status} "
+                          f"{outcome.score:g}/{outcome.max_score:g}"
+                          + (f" ({outcome.reason.splitlines()[0][:70]})" if outcome.reason else ""))
+    except KeyboardInterrupt:
+        run.log("interrupted: submissions merged so far are saved; run again to resume")
+        executor.cancel()
+        raise
 
 
 class _Progress:
@@ -324,6 +414,16 @@ def _gpu_count() -> int:
         return 0
 
 
+def _already_graded(run: Run, sub: Submission, digest: str | None = None) -> dict | None:
+    """The record of an earlier grading of this very submission (unchanged since), if any."""
+    marker = _marker_path(run.course, sub)
+    if not os.path.exists(marker):
+        return None
+    with open(marker) as fh:
+        prev = json.load(fh)
+    return prev if prev.get("digest") == (digest or sub.digest()) else None
+
+
 def _marker_path(course: str, sub: Submission) -> str:
     return os.path.join(course, "autograded", sub.student, sub.assignment, MARKER)
 
@@ -339,24 +439,31 @@ def _submitted_notebook(run: Run, sub: Submission) -> str | None:
 
 def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
     """Grade one submission: the pipeline's points (no learner code here), then nbgrader in a
-    temporary course copy with the kernel sandboxed. Returns (folder, failure, seconds)."""
+    temporary course copy with the kernel sandboxed. Returns (folder, failure, seconds, phases):
+    ``phases`` holds the seconds of each step (each problem's worker, broken down by the worker;
+    nbgrader's run of the notebook) for ``make bench-grade``."""
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-")
     uid = None
+    phases: dict = {}
     try:
         # 1. The points, decided here.
         notebook = _submitted_notebook(run, sub)
         if notebook is None:
-            return tmp, f"the submission has no {sub.assignment} notebook", time.monotonic() - t0
+            return tmp, f"the submission has no {sub.assignment} notebook", time.monotonic() - t0, phases
         from .pipeline import grade_notebook
 
         device = f"cuda:{slot % gpus}" if gpus else None  # one timed submission per GPU
-        result = grade_notebook(notebook, sub.assignment, run.course, sandbox=run.isolation.mode
-                                if run.isolation.sandboxed else "off", device=device)
+        result = grade_notebook(notebook, sub.assignment, run.course, sandbox=_sandbox_mode(run),
+                                device=device, prepared=run.prepared.get(sub.assignment),
+                                isolation=run.isolation)
         pipeline_file = os.path.join(tmp, "pipeline.json")
         display_file = os.path.join(tmp, "pipeline-display.json")
         result.save(pipeline_file, display_file)
         os.chmod(display_file, 0o644)
+        phases.update(result.phases())
+        phases["pipeline"] = round(time.monotonic() - t0, 2)
+        t_nbgrader = time.monotonic()
 
         # 2. nbgrader's run of the notebook, for the feedback, in a course copy.
         shutil.copy(os.path.join(run.course, "nbgrader_config.py"), tmp)
@@ -390,14 +497,15 @@ def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
             isolation=sandbox.Isolation("none", "nbgrader itself runs no learner code"),
             limits=sandbox.Limits(timeout_s=left, memory_bytes=None if gpus else run.memory_bytes),
             env=env, cwd=tmp)
+        phases["nbgrader autograde"] = round(time.monotonic() - t_nbgrader, 2)
         with open(os.path.join(tmp, "autograde.log"), "wb") as fh:
             fh.write(finished.output)
         if finished.timed_out:
             return tmp, f"grading stopped after {run.timeout_s:.0f} s (the per-submission limit)", \
-                time.monotonic() - t0
-        return tmp, None, time.monotonic() - t0
+                time.monotonic() - t0, phases
+        return tmp, None, time.monotonic() - t0, phases
     except Exception as exc:  # our own failure preparing the copy: report, never lose the run
-        return tmp, f"could not grade: {type(exc).__name__}: {exc}", time.monotonic() - t0
+        return tmp, f"could not grade: {type(exc).__name__}: {exc}", time.monotonic() - t0, phases
     finally:
         sandbox.give_back_uid(uid)
 
@@ -555,6 +663,13 @@ def summarize(run: Run) -> None:
     run.log("")
     run.log(f"graded {len(graded)} of {len(run.outcomes)} submissions in "
             f"{time.monotonic() - run.started:.0f} s" + (" (demo cohort)" if run.demo else ""))
+    if run.executor == "ray":
+        nodes: dict[str, int] = {}
+        for o in run.outcomes:
+            if o.node:
+                nodes[o.node] = nodes.get(o.node, 0) + 1
+        run.log("graded on Ray: " + (", ".join(f"{n} {c}" for n, c in sorted(nodes.items()))
+                                     or "nothing this run"))
     for o in failed:
         run.log(f"  NOT GRADED (scored 0): {o.submission.name}: {o.reason.splitlines()[0] if o.reason else ''}")
     run.log(f"gradebook: {os.path.join(run.course, 'gradebook.db')}")
@@ -569,6 +684,7 @@ STEPS = [
     find_submissions,
     choose_isolation,    # after find_submissions: the demo cohort may run without a sandbox
     prepare_gradebook,   # before autograding: hidden tests are restored from the gradebook
+    prepare_references,  # after choose_isolation: compiled in the sandbox the workers use
     autograde_all,
     generate_feedback,   # after autograding: renders the autograded notebooks
     export_grades,
@@ -585,8 +701,12 @@ def grade(course: str = ".", assignments: list[str] | None = None, **options) ->
         assignments = sorted(d for d in os.listdir(os.path.join(course, "source"))
                              if os.path.isdir(os.path.join(course, "source", d)))
     run = Run(course=course, assignments=assignments, **options)
-    for step in STEPS:
-        step(run)
+    try:
+        for step in STEPS:
+            step(run)
+    finally:
+        if run.ray is not None:  # disconnects; stops the local instance if this run started it
+            run.ray.ray.shutdown()
     return run
 
 
@@ -627,6 +747,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="Canvas's gradebook export (Grades > Export), for names, sections "
                              "and assignment ids in reports/canvas.csv (default: "
                              f"{DEFAULT_ROSTER} in the course folder, when there is one)")
+    parser.add_argument("--executor", choices=["local", "ray"], default="local",
+                        help="local: --workers submissions at once on this machine; ray: each "
+                             "submission a Ray task (one CPU, and one whole GPU on GPU nodes), "
+                             "on --ray-address or a local Ray instance")
+    parser.add_argument("--ray-address", default="",
+                        help="a running Ray cluster (ray start --head prints it; default: the "
+                             "RAY_ADDRESS variable, else a local instance is started)")
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again, even those already graded and "
                              "unchanged (e.g. after fixing a test); grades are replaced, not added")
@@ -634,7 +761,8 @@ def main(argv: list[str] | None = None) -> int:
     roster = args.roster
     run = grade(args.course, args.assignment, workers=args.workers, timeout_s=args.timeout,
                 memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
-                sandbox=args.sandbox, regrade=args.regrade,
+                sandbox=args.sandbox, regrade=args.regrade, executor=args.executor,
+                ray_address=args.ray_address,
                 roster=os.path.abspath(roster) if roster else "")
     return exit_status(run)
 

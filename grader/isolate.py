@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import time
 
 from . import sandbox
 from .verify import Rejected, authenticate
@@ -62,8 +63,11 @@ def run_worker(spec: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
     else:
         home = None
 
+    sent_at = time.time()  # the worker reports how long it took to start ("worker start")
+
     def job(result_fd: int | None) -> bytes:
-        return json.dumps({"spec": spec, "key": key.hex(), "result_fd": result_fd}).encode()
+        return json.dumps({"spec": spec, "key": key.hex(), "result_fd": result_fd,
+                           "sent_at": sent_at}).encode()
 
     try:
         finished = sandbox.run(

@@ -35,6 +35,17 @@ class PipelineResult:
     seconds: dict         # key -> seconds its worker took
     sandbox: str
 
+    def phases(self) -> dict:
+        """Seconds by step, summed over the problems' workers ("worker start", "baseline and
+        reference", "learner cells", "check speed", ...), plus each worker's total."""
+        out: dict = {}
+        for key, result in self.problems.items():
+            for name, seconds in (result.get("phases") or {}).items():
+                if isinstance(seconds, (int, float)):
+                    out[name] = round(out.get(name, 0.0) + seconds, 3)
+            out[f"worker {key}"] = self.seconds.get(key, 0.0)
+        return out
+
     @property
     def points(self) -> float:
         return sum(c["points"] for c in self.cells.values())
@@ -65,10 +76,28 @@ def problems_of(assignment: str) -> list[str]:
     return keys
 
 
+def prepare_references(assignment: str, course: str, *, sandbox: str = "auto", isolation=None,
+                       device: str | None = None) -> dict[str, dict]:
+    """Each timed problem's baseline and reference, compiled once for a grading run
+    (:func:`grader.check.prepare`): problem key -> prepared; problems whose preparation
+    failed are left out (their submissions compile them, as before)."""
+    from . import check
+
+    prepared = {}
+    for key in problems_of(assignment):
+        ready = check.prepare(key, course_root=course, device=device, sandbox=sandbox,
+                              isolation=isolation)
+        if ready is not None:
+            prepared[key] = ready
+    return prepared
+
+
 def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str = "auto",
-                   device: str | None = None, timeout_s: float | None = None) -> PipelineResult:
+                   device: str | None = None, timeout_s: float | None = None,
+                   prepared: dict[str, dict] | None = None, isolation=None) -> PipelineResult:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
-    solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook."""
+    solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
+    ``prepared``: from :func:`prepare_references` (the same verdicts, fewer seconds)."""
     from . import check
 
     cells_by_problem = {}
@@ -79,7 +108,8 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     for key, cells in cells_by_problem.items():
         started = time.monotonic()
         ev = check.evaluate(key, cells=cells, course_root=course, sandbox=sandbox,
-                            device=device, timeout_s=timeout_s, cache=False)
+                            device=device, timeout_s=timeout_s, cache=False,
+                            prepared=(prepared or {}).get(key), isolation=isolation)
         seconds[key] = round(time.monotonic() - started, 2)
         evaluations[key] = ev
         problems[key] = ev.result

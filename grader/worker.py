@@ -35,15 +35,18 @@ sandbox leaves nothing secret to read.
 from __future__ import annotations
 
 # Step 1. These imports must come before anything of the learner's.
+import base64
 import dataclasses
 import hashlib
 import hmac
+import io
 import json
 import linecache
 import os
 import re
 import shutil
 import sys
+import tarfile
 import threading
 import time
 import traceback
@@ -62,8 +65,11 @@ _HMAC_NEW = hmac.new
 _SHA256 = hashlib.sha256
 _WRITE = os.write
 _CLOSE = os.close
-REFERENCE_CACHE = "/tmp/inductor-reference"
-LEARNER_CACHE = "/tmp/inductor"
+# In the sandbox TMPDIR is its private /tmp; without one, the worker's own temporary home
+# (grader.isolate), so that two workers never share these folders.
+REFERENCE_CACHE = os.path.join(os.environ.get("TMPDIR") or "/tmp", "inductor-reference")
+LEARNER_CACHE = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or \
+    os.path.join(os.environ.get("TMPDIR") or "/tmp", "inductor")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,8 +425,24 @@ def _guarded(check, session: Session) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Steps 2-7
 
-def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Session:
-    """Step 3: baseline and reference, compiled and warmed before any learner code runs."""
+def _prepare(spec: dict, problem: Problem, device: str, checks: list[str],
+             keep_cache: bool = False, phases: dict | None = None) -> Session:
+    """Step 3: baseline and reference, compiled and warmed before any learner code runs.
+
+    Their generated code goes to a folder of its own (:data:`REFERENCE_CACHE`), removed before
+    learner code runs. When the job brings that folder ``prepared`` (compiled once per grading
+    run by :func:`prepare_reference`, with the reference's cold first call timed there), it is
+    unpacked first: the compiles below then hit its cache instead of compiling again.
+    ``keep_cache``: leave the folder (for :func:`prepare_reference` to send back). ``phases``
+    receives the seconds of each part."""
+    phases = {} if phases is None else phases
+    mark = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(now - mark[0], 3)
+        mark[0] = now
+
     seeds = correctness.fresh_seeds(problem.pool_size + 3)
     pool = [problem.make_inputs(seeded_generator(seed), device) for seed in seeds[: problem.pool_size]]
     with torch.no_grad():
@@ -431,13 +453,18 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
         base_timed = _no_grad(torch.compile(base_model, **problem.baseline_compile))
     reference = None
     reference_cells = spec.pop("reference_cells", None)
+    prepared = spec.pop("prepared", None)
     problem_module = spec.get("problem_module") or f"grader.problems.{problem.assignment}"
     timed = "speed" in checks or "job" in checks
-    if timed:  # start the compiler's workers and toolchain now, so no one timed pays for it
-        ti.warm_inductor(device)
-    if reference_cells and timed:
-        # The reference's generated code goes to its own folder, removed before learner code.
+    if timed:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = REFERENCE_CACHE
+        if prepared:
+            _unpack(prepared["cache"], REFERENCE_CACHE)
+        lap("setup")
+        # Start the compiler's workers and toolchain now, so no one timed pays for it.
+        ti.warm_inductor(device, fresh=False)
+        lap("compiler warm-up")
+    if reference_cells and timed:
         ref_ns = _namespace_for(problem_module, "__reference__")
         with ti.quiet_torch_logs():
             exec_cells([Cell.from_dict(c) for c in reference_cells], ref_ns, prefix="reference ")
@@ -452,18 +479,67 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str]) -> Se
     with ti.quiet_torch_logs():
         if base_timed is not base_eager and timed:
             timing.first_call_seconds(base_timed, pool[0], device)
-        if reference is not None:  # a cold compile: its cache folder is new and empty
+            lap("baseline compile")
+        if reference is not None:  # a cold compile, unless the folder came prepared
             reference_first_s = timing.first_call_seconds(reference, pool[0], device)
-    shutil.rmtree(REFERENCE_CACHE, ignore_errors=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = LEARNER_CACHE
+            lap("reference compile")
+            if prepared:  # timed cold where it was compiled, once for the whole run
+                reference_first_s = float(prepared["reference_first_s"])
+    del prepared
+    if not keep_cache:
+        shutil.rmtree(REFERENCE_CACHE, ignore_errors=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = LEARNER_CACHE
     expected = [base_eager(*args) for args in pool]
+    lap("expected outputs")
     return Session(problem, device, seeds, pool, base_model, base_eager, base_timed, reference,
                    expected, budget_s=float(spec.get("budget_s") or problem.budget_s),
                    reference_first_s=reference_first_s)
 
 
-def run_checks(spec: dict) -> dict:
+def _pack(folder: str) -> str:
+    """A folder as text (a gzipped tar, base64), to travel inside a JSON job or result."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(folder, arcname=".")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _unpack(text: str, folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(text)), mode="r:gz") as tar:
+        tar.extractall(folder, filter="data")
+
+
+def prepare_reference(spec: dict, phases: dict | None = None) -> dict:
+    """The compiled baseline and reference of one timed problem, for every submission of a
+    grading run: the cache folder they were compiled into (packed by :func:`_pack`) and the
+    reference's cold first call. No learner code runs in this process."""
+    phases = {} if phases is None else phases
     started = time.monotonic()
+    problem = get_problem(spec["problem"], spec.get("problem_module"))
+    device = spec.get("device") or targets.default_device()
+    if device == "cpu":
+        torch.set_num_threads(1)  # as in run_checks: the same compiled code
+    checks = [c for c in problem.checks if c in spec.get("checks", problem.checks)]
+    session = _prepare(spec, problem, device, checks, keep_cache=True, phases=phases)
+    return {"status": "ok", "problem": problem.key, "device": device,
+            "device_class": targets.device_class(device),
+            "reference_first_s": session.reference_first_s, "cache": _pack(REFERENCE_CACHE)}
+
+
+def run_checks(spec: dict, phases: dict | None = None) -> dict:
+    """Steps 3-7 for one problem; ``phases`` receives the seconds each step took (the grading
+    benchmark's breakdown: what it costs, not what it earns)."""
+    started = time.monotonic()
+    phases = {} if phases is None else phases
+    mark = [started]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - mark[0], 3)
+        mark[0] = now
+
     problem = get_problem(spec["problem"], spec.get("problem_module"))
     problem_module = spec.get("problem_module") or f"grader.problems.{problem.assignment}"
     device = spec.get("device") or targets.default_device()
@@ -473,7 +549,8 @@ def run_checks(spec: dict) -> dict:
     checks = [c for c in problem.checks if c in spec.get("checks", problem.checks)]
     result: dict = {"status": "ok", "problem": problem.key, "device": device,
                     "device_class": targets.device_class(device), "checks": {}}
-    session = _prepare(spec, problem, device, checks)
+    session = _prepare(spec, problem, device, checks, phases=phases)
+    mark[0] = time.monotonic()
     learner_cells = [Cell.from_dict(c) for c in spec.pop("learner_cells")]
 
     # Screened again here (the parent screened first). Only the trusted parent can turn this
@@ -511,11 +588,13 @@ def run_checks(spec: dict) -> dict:
             return result
         guard.check()
         session.learner_eager = _no_grad(session.learner_model)
+        lap("learner cells")
         with ti.quiet_torch_logs():
             for name, check in CHECK_FUNCTIONS.items():
                 if name in checks and (name != "recompiles" or problem.recompile_inputs is not None):
                     session.results[name] = _guarded(check, session)
                     guard.check()
+                    lap(f"check {name}")
     except Tampered as exc:
         result.update(status="tampered", checks={},
                       message=f"your code replaced or hooked functions the grader relies on "
@@ -545,13 +624,16 @@ def main() -> int:
     job = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
     report = _reporter(bytes.fromhex(job.pop("key")), int(job.pop("result_fd")))
+    # From the parent's start of this process to here: sandbox, interpreter, imports (torch).
+    phases = {"worker start": round(max(0.0, time.time() - float(job.get("sent_at") or time.time())), 3)}
     spec = job["spec"]
     del job
     try:
-        result = run_checks(spec)
+        result = prepare_reference(spec, phases) if spec.get("prepare") else run_checks(spec, phases)
     except BaseException as exc:
         result = {"status": "grader_error", "message": f"{type(exc).__name__}: {exc}",
                   "traceback": traceback.format_exc()}
+    result["phases"] = phases
     report(result)
     return 0
 

@@ -39,8 +39,9 @@ def test_honest_solution_passes_every_check():
     assert speed["trials"] >= 11 and speed["with_reference"] is False
 
 
-def test_reference_is_measured_in_the_same_run(tmp_path):
-    # A course root whose source/ holds the reference solution cell of "fx.q1".
+@pytest.fixture
+def course_with_reference(tmp_path):
+    """A course root whose source/ holds the reference solution cell of "fx.q1"."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
@@ -52,14 +53,62 @@ def test_reference_is_measured_in_the_same_run(tmp_path):
     nbformat.write(nb, str(tmp_path / "source" / "fx" / "fx.ipynb"))
     # The worker has the course root on its path: put the fixture problem set there.
     (tmp_path / "fixture_problems.py").write_text(open(os.path.join(TESTS_DIR, "fixture_problems.py")).read())
+    return str(tmp_path)
+
+
+def test_reference_is_measured_in_the_same_run(course_with_reference):
     ev = evaluate("fx.q1", cells=[Cell("cell 5", GOOD)], problem_module="fixture_problems",
-                  course_root=str(tmp_path), checks=["correctness", "speed"])
+                  course_root=course_with_reference, checks=["correctness", "speed"])
     assert ev.status == "ok", ev.result
     speed = ev.outcome("speed")
     assert speed["with_reference"] is True
     names = [c["name"] for c in speed["conditions"]]
     assert "speedup relative to reference" in names
     assert set(speed["ms_per_call"]) == {"baseline", "learner", "reference"}
+
+
+# Learner code that looks for the compiled reference: it raises (a learner error) if it finds
+# the folder the prepared cache was unpacked to, or any generated source of the reference.
+SNOOP_REFERENCE = """
+import glob, os, tempfile
+_tmp = os.environ.get("TMPDIR") or tempfile.gettempdir()
+_seen = [p for p in glob.glob(os.path.join(_tmp, "**", "*"), recursive=True)
+         if "inductor-reference" in p]
+assert not _seen, f"found the reference's compiled code: {_seen[:3]}"
+"""
+
+
+def test_a_prepared_reference_gives_the_same_verdicts_and_is_gone_before_learner_code(
+        course_with_reference):
+    # make grade compiles the baseline and reference once per run (check.prepare) and sends
+    # their compiler cache to each submission's worker, which unpacks it, compiles from it and
+    # removes it before any learner code runs.
+    from grader import check, isolate, verify
+    from grader.problems import get_problem
+
+    prepared = check.prepare("fx.q1", course_root=course_with_reference,
+                             problem_module="fixture_problems")
+    assert prepared is not None and prepared["reference_first_s"] > 0
+    assert len(prepared["cache"]) > 1000   # compiled kernels, packed
+    ev = evaluate("fx.q1", cells=[Cell("cell 5", GOOD)], problem_module="fixture_problems",
+                  course_root=course_with_reference, checks=["correctness", "speed"],
+                  prepared=prepared, cache=False)
+    assert ev.status == "ok", ev.result
+    assert ev.outcome("speed")["with_reference"] is True
+    assert ev.verdict("speed") in ("pass", "inconclusive")
+    phases = ev.result["phases"]
+    assert phases["reference compile"] < phases["compiler warm-up"] + 5  # a cache hit, not a build
+    # The learner's code cannot find the reference's compiled code (static check off, as only
+    # the trusted parent can: the folder must be gone, not merely forbidden to name).
+    spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
+            "learner_cells": [{"label": "cell 5", "source": SNOOP_REFERENCE + GOOD}],
+            "reference_cells": [c.to_dict() for c in check.reference_cells(
+                get_problem("fx.q1", "fixture_problems"), course_with_reference)],
+            "prepared": prepared, "device": "cpu", "checks": ["correctness", "speed"]}
+    result = isolate.run_worker(spec, timeout_s=180)
+    result = verify.verify(get_problem("fx.q1", "fixture_problems"), result,
+                           checks=spec["checks"], with_reference=True, device_class="cpu")
+    assert result["status"] == "ok", result
 
 
 def test_graph_break_feedback_names_the_learners_cell_line_and_fix():

@@ -1,0 +1,85 @@
+"""``make grade EXECUTOR=ray``: a two-node Ray cluster on this machine (``ray.cluster_utils``)
+grades a small cohort to the scores local workers give (the demo cohort's written-down ones),
+with the driver as the only writer of the gradebook, and a Ray worker killed mid-run loses
+nothing: Ray runs that task again and its grade is merged once.
+"""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from ray.cluster_utils import Cluster
+
+from grader import distributed
+from grader.demo import build_demo_course
+from grader.grade import grade
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPECTED = json.load(open(os.path.join(REPO, "grader", "demo_expected.json")))
+# Three personas of ps2: the full solution (timed), a wrong one (not timed), an empty one.
+COHORT = {"ada_full": "ada_full", "eve_wrong": "eve_wrong", "cy_blank": "cy_blank"}
+
+
+def _grading_task_pids() -> list[int]:
+    """Ray worker processes running a grading task (Ray names them after the function)."""
+    out = subprocess.run(["pgrep", "-f", "ray::grade_task"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_stage_holds_only_what_one_submission_needs(tmp_path):
+    course = build_demo_course(REPO, ["ps2"], folder=str(tmp_path / "course"),
+                               cohort={"ada_full": "ada_full", "cy_blank": "cy_blank"})
+    open(os.path.join(course, "gradebook.db"), "w").close()
+    folder = tmp_path / "staged"
+    distributed._unpack(distributed.stage(course, "ps2", "ada_full"), str(folder))
+    found = sorted(os.path.relpath(os.path.join(r, f), folder)
+                   for r, _, files in os.walk(folder) for f in files)
+    assert "nbgrader_config.py" in found and "gradebook.db" in found
+    assert any(p.startswith("source/ps2/") for p in found)
+    assert any(p.startswith("submitted/ada_full/ps2/") for p in found)
+    assert not any(p.startswith("submitted/cy_blank") for p in found)  # no one else's work
+
+
+def test_a_two_node_cluster_grades_like_local_workers_and_a_killed_worker_loses_nothing(tmp_path):
+    course = build_demo_course(REPO, ["ps2"], folder=str(tmp_path / "course"), cohort=COHORT)
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 1, "object_store_memory": 150 * 1024 ** 2})
+    cluster.add_node(num_cpus=1, object_store_memory=150 * 1024 ** 2)
+    cluster.wait_for_nodes()
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_one_worker_mid_task():
+        started = {}
+        while not stop.is_set() and not killed:
+            for pid in _grading_task_pids():
+                started.setdefault(pid, time.monotonic())
+                if time.monotonic() - started[pid] > 4:   # well into its submission
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+            time.sleep(0.5)
+
+    killer = threading.Thread(target=kill_one_worker_mid_task, daemon=True)
+    killer.start()
+    try:
+        run = grade(course, ["ps2"], executor="ray", ray_address=cluster.address, sandbox="auto")
+    finally:
+        stop.set()
+        killer.join(5)
+        cluster.shutdown()
+    assert killed, "no grading task was seen running, so none was killed"
+    scores = {o.submission.student: o.score for o in run.outcomes}
+    assert scores == {s: EXPECTED["ps2"][p] for s, p in COHORT.items()}, \
+        [(o.submission.student, o.status, o.reason[:200]) for o in run.outcomes]
+    assert all(o.status == "graded" and o.node for o in run.outcomes)
+    # The driver merged each submission once: one row per student in the gradebook.
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + os.path.join(course, "gradebook.db")) as gb:
+        rows = [(s.student.id, s.assignment.name) for s in gb.assignment_submissions("ps2")]
+        totals = {s.student.id: s.score for s in gb.assignment_submissions("ps2")}
+    assert sorted(rows) == sorted((s, "ps2") for s in COHORT)
+    assert totals == scores
