@@ -336,3 +336,19 @@ def test_explain_backend_counts_graphs():
     torch.compile(ti.fresh_copy(_breaks_once), backend=backend)(torch.randn(3))
     out = backend.output()
     assert out.graph_count == 2 and out.op_count == 2
+
+
+def test_warm_up_in_the_current_cache_leaves_the_toolchain_probes_there(tmp_path):
+    # grader.worker warms Inductor in the (prepared) reference cache: the C++ toolchain's probe
+    # programs must land there, so that a prepared cache saves building them again, while the
+    # warm-up graph itself bypasses the caches (a real compile every time). In a fresh process:
+    # the probes' results are memoised per process.
+    import subprocess
+    import sys
+
+    code = ("import torch; from grader import _torch_internals as ti; "
+            "ti.warm_inductor('cpu', fresh=False)")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
+    assert list(tmp_path.rglob("*.so")), sorted(p.name for p in tmp_path.rglob("*"))[:20]
+    assert not [p for p in (tmp_path / "fxgraph").rglob("*") if p.is_file()]
