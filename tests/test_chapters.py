@@ -6,8 +6,10 @@ are written to tests/artifacts/chapter-times.json.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 
 import nbformat
 import pytest
@@ -25,7 +27,15 @@ EXPECTED = {
     "03_modes.ipynb": ("ch3", 1, 9),
     "04_graph_breaks.ipynb": ("ch4", 1, 4),
     "05_realistic_speedups.ipynb": ("ch5", 1, 3),
+    "06_dynamic_shapes.ipynb": ("ch6", 1, 16),
 }
+# COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
+# work on a few chapters without executing them all); unset, every chapter runs.
+ONLY = [p.strip() for p in os.environ.get("COURSE_CHAPTERS", "").split(",") if p.strip()]
+
+
+def _selected(name: str) -> bool:
+    return not ONLY or any(name.startswith(p) for p in ONLY)
 
 
 def test_every_chapter_is_expected():
@@ -40,6 +50,8 @@ def executed(tmp_path_factory):
     times = {}
     for path in chapter_paths():
         name = os.path.basename(path)
+        if not _selected(name):
+            continue
         record = str(tmp_path_factory.mktemp("rec") / "records.json")
         try:
             nb, seconds = execute_chapter(path, size=SIZE, record=record, timeout=600)
@@ -64,6 +76,8 @@ def _outputs(nb):
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_chapter_runs_plots_and_records(executed, name):
+    if not _selected(name):
+        pytest.skip(f"COURSE_CHAPTERS={os.environ.get('COURSE_CHAPTERS')} leaves {name} out")
     nb, seconds, records = executed[name]
     if isinstance(nb, Exception):
         pytest.fail(f"{name} failed at size {SIZE}:\n{str(nb)[-3000:]}")
@@ -85,6 +99,8 @@ def test_chapter_runs_plots_and_records(executed, name):
 
 
 def test_cpu_run_says_what_is_gpu_only(executed):
+    if not _selected("03_modes.ipynb"):
+        pytest.skip("chapter 3 is left out by COURSE_CHAPTERS")
     nb = executed["03_modes.ipynb"][0]
     if isinstance(nb, Exception):
         pytest.skip("chapter 3 failed (reported by its own test)")
@@ -134,3 +150,38 @@ def test_gpu_check_runner_writes_the_table(tmp_path):
     assert out.read_text() == text
     assert (tmp_path / "kept" / "00_smoke.ipynb").exists()
     assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["chapter"] == "ch0"
+
+
+def _rows(executed, name: str, key: str) -> dict:
+    """The recorded rows of one executed chapter, by measurement name (skips when left out)."""
+    if not _selected(name):
+        pytest.skip(f"{name} is left out by COURSE_CHAPTERS")
+    nb, _, records = executed[name]
+    if isinstance(nb, Exception):
+        pytest.skip(f"{name} failed (reported by its own test)")
+    return {r["name"]: r["measured"] for r in records if r["chapter"] == key}
+
+
+def _stream_text(nb) -> str:
+    return "".join(o.get("text", "") for o in _outputs(nb) if o.output_type == "stream")
+
+
+def test_chapter6_counts_compiles_per_strategy(executed):
+    rows = _rows(executed, "06_dynamic_shapes.ipynb", "ch6")
+    assert rows["compiles for 4 batch sizes, dynamic=None (automatic dynamic)"] == 2
+    assert rows["compiles for 4 batch sizes, mark_dynamic"] == 1
+    assert rows["compiles for batch sizes [1, 2, 3, 4, 0, 5], dynamic=False"] == 6
+    # 0/1 specialization: sizes 1 and 0 get graphs of their own even with dynamic=True
+    assert rows["compiles for batch sizes [1, 2, 3, 4, 0, 5], dynamic=True"] == 3
+    assert rows["compiles for 4 dtypes with the recompile limit at 2"] == 2
+    sweep = {k.split(", ", 1)[1]: v for k, v in rows.items()
+             if k.startswith("sweep of ") and k.endswith(": compiles")}
+    assert sweep["dynamic=True: compiles"] == 1
+    assert sweep["mark_dynamic: compiles"] == 1
+    assert sweep["dynamic=False: compiles"] > sweep["dynamic=None (auto): compiles"] > 1
+    assert 1 <= sweep["pad to buckets: compiles"] < sweep["dynamic=False: compiles"]
+    text = _stream_text(executed["06_dynamic_shapes.ipynb"][0])
+    extra = re.search(r"compiles during the steady-state timing \(should be 0\): (\{.*?\})", text)
+    assert extra and set(ast.literal_eval(extra[1]).values()) == {0}, extra
+    assert "hit config." in text and "torch._check" in text
+    assert "GPU-only:" in text and "skipped on cpu because" in text
