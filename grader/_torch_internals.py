@@ -495,8 +495,12 @@ def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
     forward and backward once, and return its graphs.
 
     Returns ``{"joint": GraphModule, "forward": GraphModule, "backward": GraphModule,
-    "saved": [(name, shape, dtype, bytes), ...]}``, where ``saved`` lists what the forward graph
-    returns for the backward graph (the values saved for backward). ``partitioner`` is
+    "saved": [(name, shape, dtype, bytes, kind), ...]}``, where ``saved`` lists what the forward
+    graph returns for the backward graph (the values saved for backward), ``kind`` being
+    ``"input"`` (a parameter or input), ``"view of an input"`` (e.g. a transposed weight: no
+    memory of its own), ``"activation"`` or ``"view of an activation"``; and
+    ``"activation_bytes"``, the memory the saved activations keep alive (each base counted
+    once, views adding nothing). ``partitioner`` is
     ``"min_cut"`` (what Inductor uses: recompute cheap ops in the backward) or ``"default"``
     (save every intermediate the backward reads). ``fn``'s own Dynamo cache is untouched: a
     fresh copy of ``fn`` is compiled.
@@ -529,15 +533,38 @@ def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
     forward = got["forward"]
     outputs = [n for n in forward.graph.nodes if n.op == "output"][0].args[0]
     n_user = len(outputs) - _saved_count(got["backward"])
-    saved = []
+    saved, roots = [], {}
     for node in outputs[n_user:]:
         val = node.meta.get("val") if hasattr(node, "meta") else None
+        root = _view_root(node)
+        is_input = getattr(root, "op", None) == "placeholder"
+        kind = ("input" if is_input else "activation") if root is node else \
+            ("view of an input" if is_input else "view of an activation")
         if isinstance(val, torch.Tensor):
-            saved.append((node.name, tuple(val.shape), val.dtype, val.numel() * val.element_size()))
+            saved.append((node.name, tuple(val.shape), val.dtype, val.numel() * val.element_size(),
+                          kind))
         else:
-            saved.append((getattr(node, "name", str(node)), (), None, 0))
+            saved.append((getattr(node, "name", str(node)), (), None, 0, kind))
+        root_val = root.meta.get("val") if hasattr(root, "meta") else None
+        if not is_input and isinstance(root_val, torch.Tensor):
+            roots[root.name] = root_val.numel() * root_val.element_size()
     got["saved"] = saved
+    got["activation_bytes"] = sum(roots.values())
     return got
+
+
+_VIEW_OPS = {"permute", "t", "view", "transpose", "expand", "alias", "reshape", "unsqueeze",
+             "squeeze", "_unsafe_view", "slice", "select", "as_strided"}
+
+
+def _view_root(node):
+    """The node whose memory ``node`` uses: itself, or the base of a chain of view ops."""
+    while getattr(node, "op", None) == "call_function" and node.args:
+        target = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if target not in _VIEW_OPS or not hasattr(node.args[0], "op"):
+            break
+        node = node.args[0]
+    return node
 
 
 def _saved_count(backward) -> int:

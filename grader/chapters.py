@@ -518,7 +518,10 @@ def shape_sweep(strategies: dict, inputs: Sequence[tuple], *, eager: Callable | 
 def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
     """AOTAutograd's graphs for ``fn(*args)`` (forward and backward once): ``"joint"``,
     ``"forward"``, ``"backward"`` (``torch.fx.GraphModule``) and ``"saved"``, a list of
-    ``(name, shape, dtype, bytes)`` of the values the forward graph saves for the backward.
+    ``(name, shape, dtype, bytes, kind)`` of the values the forward graph saves for the backward
+    (``kind``: ``"input"``, ``"view of an input"``, ``"activation"``, ``"view of an
+    activation"``), and ``"activation_bytes"``: the memory those activations keep alive beyond
+    the parameters and inputs (which exist anyway), each base counted once.
     ``partitioner``: ``"min_cut"`` (Inductor's) or ``"default"``."""
     return ti.aot_graphs(fn, *args, partitioner=partitioner)
 

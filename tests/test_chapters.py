@@ -28,6 +28,7 @@ EXPECTED = {
     "04_graph_breaks.ipynb": ("ch4", 1, 4),
     "05_realistic_speedups.ipynb": ("ch5", 1, 3),
     "06_dynamic_shapes.ipynb": ("ch6", 1, 16),
+    "07_training.ipynb": ("ch7", 1, 8),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
 # work on a few chapters without executing them all); unset, every chapter runs.
@@ -185,3 +186,16 @@ def test_chapter6_counts_compiles_per_strategy(executed):
     assert extra and set(ast.literal_eval(extra[1]).values()) == {0}, extra
     assert "hit config." in text and "torch._check" in text
     assert "GPU-only:" in text and "skipped on cpu because" in text
+
+
+def test_chapter7_partitioners_and_training_step(executed):
+    rows = _rows(executed, "07_training.ipynb", "ch7")
+    # Inductor's min-cut partitioner keeps fewer activations and recomputes in the backward
+    assert rows["activation bytes saved for backward, min-cut / default partitioner"] < 1
+    assert rows["backward ops, min-cut - default partitioner"] > 0
+    assert rows["first compiled training step (forward + backward compile)"] > 0
+    text = _stream_text(executed["07_training.ipynb"][0])
+    assert "after two steps the compiled model's loss and weights match eager's" in text
+    for what in ("peak memory of a training step", "cudagraph_mark_step_begin", "TF32 matmuls",
+                 "bf16 speed on Tensor Cores"):
+        assert f"GPU-only: {what}" in text, what

@@ -401,5 +401,8 @@ def test_aot_graphs_joint_forward_backward_and_saved():
         assert {"joint", "forward", "backward", "saved"} <= set(graphs)
         joint_inputs = [n.name for n in graphs["joint"].graph.nodes if n.op == "placeholder"]
         assert any(n.startswith("tangents") for n in joint_inputs)      # forward + backward
-        assert graphs["saved"] and all(b >= 0 for *_, b in graphs["saved"])
+        assert graphs["saved"] and all(row[3] >= 0 for row in graphs["saved"])
+        kinds = {row[4] for row in graphs["saved"]}
+        assert kinds <= {"input", "view of an input", "activation", "view of an activation"}
+        assert graphs["activation_bytes"] > 0
     assert model[0].weight.grad is not None          # the backward ran (on the shared weights)
