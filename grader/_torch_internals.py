@@ -571,3 +571,12 @@ def _saved_count(backward) -> int:
     """Inputs of the backward graph that are not incoming gradients (``tangents_*``)."""
     return sum(1 for n in backward.graph.nodes
                if n.op == "placeholder" and not n.name.startswith("tangents"))
+
+
+def nonstrict_trace_decorator() -> Callable | None:
+    """``torch.compiler.nonstrict_trace`` where this torch has it, else
+    ``torch._dynamo.nonstrict_trace`` (its first home), else ``None``."""
+    found = getattr(torch.compiler, "nonstrict_trace", None)
+    if found is None:
+        found = getattr(torch._dynamo, "nonstrict_trace", None)
+    return found

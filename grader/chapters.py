@@ -580,13 +580,16 @@ def run_python(args: Sequence[str], *, env: dict | None = None, timeout: float =
     return done, time.monotonic() - start
 
 
-def compile_in_fresh_process(cache_dir: str, *, save: str | None = None,
+def compile_in_fresh_process(cache_dir: str | None, *, save: str | None = None,
                              load: str | None = None, env: dict | None = None,
-                             size: str | None = None) -> dict:
+                             size: str | None = None, extras: bool = False,
+                             cwd: str | None = None) -> dict:
     """Compile and run a small model in a new Python process (:mod:`grader.compile_child`) with
-    the Inductor cache in ``cache_dir`` (``TORCHINDUCTOR_CACHE_DIR``), as a new machine or a new
-    Colab session would. ``load``: a file of ``torch.compiler.save_cache_artifacts`` bytes to
-    load first; ``save``: where to write them after compiling. Returns the child's JSON
+    the Inductor cache in ``cache_dir`` (``TORCHINDUCTOR_CACHE_DIR``: an empty folder is what a
+    new machine or a new Colab session starts with; ``None``: this machine's default cache).
+    ``load``: a file of ``torch.compiler.save_cache_artifacts`` bytes to load first; ``save``: where to write them after compiling; ``extras``: also compile a
+    function with a graph break and a recompile (for a log worth reading); ``cwd``: the child's
+    working folder (``TORCH_COMPILE_DEBUG`` writes there). Returns the child's JSON
     report (``first_call_s``, ``torch``, ``saved_bytes``, ...) plus ``process_s``; raises
     ``RuntimeError`` with the child's stderr when it fails."""
     args = ["-m", "grader.compile_child", "--size", size or SIZE, "--device", DEVICE]
@@ -594,13 +597,23 @@ def compile_in_fresh_process(cache_dir: str, *, save: str | None = None,
         args += ["--save", save]
     if load:
         args += ["--load", load]
-    done, seconds = run_python(args, env={"TORCHINDUCTOR_CACHE_DIR": cache_dir, **(env or {})})
+    if extras:
+        args.append("--extras")
+    cache = {"TORCHINDUCTOR_CACHE_DIR": cache_dir} if cache_dir else {}
+    done, seconds = run_python(args, env={**cache, **(env or {})}, cwd=cwd)
     if done.returncode != 0:
         raise RuntimeError(f"the child process failed ({done.returncode}):\n{done.stderr[-3000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
     report["process_s"] = seconds
     report["stderr"] = done.stderr
     return report
+
+
+def cold_cache_dir(path: str) -> str | None:
+    """``path``, a folder for a cold Inductor cache in a fresh process, except at
+    ``COURSE_SIZE=ci``, where ``None`` keeps this machine's warm default cache (like
+    :func:`cold_compile`: a cold start in a new folder costs CI many seconds)."""
+    return None if SIZE == "ci" else path
 
 
 def tlparse_binary() -> str | None:
@@ -611,15 +624,21 @@ def tlparse_binary() -> str | None:
     return here if os.access(here, os.X_OK) else shutil.which("tlparse")
 
 
-def run_tlparse(trace_dir: str, out_dir: str) -> tuple[int, str] | None:
-    """Run ``tlparse <trace_dir> -o <out_dir> --overwrite --no-browser`` on a ``TORCH_TRACE``
-    folder. Returns ``(exit status, its output)``, or ``None`` when tlparse is not installed."""
+def run_tlparse(trace: str, out_dir: str) -> tuple[int, str] | None:
+    """Run ``tlparse <log> -o <out_dir> --overwrite --no-browser`` on a ``TORCH_TRACE`` log (a
+    file, or the folder ``TORCH_TRACE`` named: its newest log is read). Returns ``(exit status,
+    its output)``, or ``None`` when tlparse is not installed."""
     import subprocess
 
     binary = tlparse_binary()
     if binary is None:
         return None
-    done = subprocess.run([binary, trace_dir, "-o", out_dir, "--overwrite", "--no-browser"],
+    if os.path.isdir(trace):
+        logs = [os.path.join(trace, f) for f in os.listdir(trace) if f.endswith(".log")]
+        if not logs:
+            return 1, f"no log file in {trace}"
+        trace = max(logs, key=os.path.getmtime)
+    done = subprocess.run([binary, trace, "-o", out_dir, "--overwrite", "--no-browser"],
                           capture_output=True, text=True, timeout=300)
     return done.returncode, (done.stdout + done.stderr).strip()
 
@@ -642,3 +661,15 @@ def warm_inductor(device: str = DEVICE) -> None:
     """Pay the one-time cost of a process's first Inductor compile (compile workers, the C++ or
     Triton toolchain) on a throwaway function, so that it is not charged to the first real one."""
     ti.warm_inductor(device)
+
+
+def graphs_compiled() -> int:
+    """How many graphs Dynamo has compiled so far in this process (any backend, any mode):
+    compare before and after a block to count its compiles."""
+    return ti.unique_graphs()
+
+
+def nonstrict_trace() -> Callable | None:
+    """The ``nonstrict_trace`` decorator of this torch (``torch.compiler.nonstrict_trace``, or
+    ``torch._dynamo.nonstrict_trace`` in releases that had it only there), or ``None``."""
+    return ti.nonstrict_trace_decorator()

@@ -59,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    report: dict = {"torch": torch.__version__, "loaded": None, "saved_bytes": None}
+    report: dict = {"torch": torch.__version__, "loaded": None, "saved_bytes": None,
+                     "mega_cache": hasattr(torch.compiler, "save_cache_artifacts")}
+    if (args.load or args.save) and not report["mega_cache"]:
+        args.load = args.save = None          # older torch: no save/load_cache_artifacts
     if args.load:
         with open(args.load, "rb") as fh:
             info = torch.compiler.load_cache_artifacts(fh.read())

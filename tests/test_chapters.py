@@ -29,6 +29,7 @@ EXPECTED = {
     "05_realistic_speedups.ipynb": ("ch5", 1, 3),
     "06_dynamic_shapes.ipynb": ("ch6", 1, 16),
     "07_training.ipynb": ("ch7", 1, 8),
+    "08_compile_time_debugging.ipynb": ("ch8", 1, 14),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
 # work on a few chapters without executing them all); unset, every chapter runs.
@@ -199,3 +200,21 @@ def test_chapter7_partitioners_and_training_step(executed):
     for what in ("peak memory of a training step", "cudagraph_mark_step_begin", "TF32 matmuls",
                  "bf16 speed on Tensor Cores"):
         assert f"GPU-only: {what}" in text, what
+
+
+def test_chapter8_escape_hatches_caches_and_tools(executed):
+    rows = _rows(executed, "08_compile_time_debugging.ipynb", "ch8")
+    assert rows["graphs: a .tolist() function as it is"] > 1
+    assert rows["graphs: the same behind torch.compiler.disable"] == 2
+    assert rows["graphs: the same as a torch.library.custom_op"] == 1
+    assert rows["graphs: a helper under allow_in_graph"] == 1
+    regional = [v for k, v in rows.items() if k.startswith("graphs compiled, regional")]
+    assert regional == [1]                                  # one graph serves every block
+    assert rows["fresh process, cold cache: first call"] > 0
+    assert rows["fresh process, same cache folder: first call"] > 0
+    assert rows["tlparse: compile folders in its report"] >= 4   # model, break, resume, recompiles
+    assert rows["TORCH_COMPILE_DEBUG (trace.enabled): files written for one graph"] >= 3
+    text = _stream_text(executed["08_compile_time_debugging.ipynb"][0])
+    assert "tlparse exited with 0" in text
+    assert "fail_on_recompile: RuntimeError" in text
+    assert "torch.export on Branchy: " in text and "exported (unexpected)" not in text

@@ -406,3 +406,17 @@ def test_aot_graphs_joint_forward_backward_and_saved():
         assert kinds <= {"input", "view of an input", "activation", "view of an activation"}
         assert graphs["activation_bytes"] > 0
     assert model[0].weight.grad is not None          # the backward ran (on the shared weights)
+
+
+def test_nonstrict_trace_decorator_keeps_a_function_in_one_graph(counting_backend):
+    deco = ti.nonstrict_trace_decorator()
+    if deco is None:
+        pytest.skip(f"torch {torch.__version__} has no nonstrict_trace")
+
+    def helper(t):
+        return t * 2
+
+    wrapped = deco(helper)
+    out = ti.compile_fresh(lambda t: wrapped(t.sin()).cos(), backend=counting_backend)(torch.ones(3))
+    torch.testing.assert_close(out, (torch.ones(3).sin() * 2).cos())
+    assert counting_backend.frame_count == 1
