@@ -428,10 +428,13 @@ def pad_to(x: torch.Tensor, shape: Sequence[int], value: float = 0.0) -> torch.T
 
 
 def interleaved_seconds_per_call(fns: dict, args: tuple, *, device: str = DEVICE,
-                                 block_seconds: float = 0.02) -> dict:
+                                 block_seconds: float = 0.02,
+                                 budget_seconds: float | None = None) -> dict:
     """Median seconds per call of each callable on the same ``args``: one warm-up call and three
     calls that size its block (about ``block_seconds``), then ``trials()`` rounds, each running
-    every callable for one block of calls, in an order that rotates from round to round."""
+    every callable for one block of calls, in an order that rotates from round to round.
+    ``budget_seconds``: stop after the round that passes it (at least three rounds), so that a
+    busy machine does not stretch the measurement without bound."""
     from .timing import DEFAULT_CLOCK as clock
 
     reps = {}
@@ -446,7 +449,10 @@ def interleaved_seconds_per_call(fns: dict, args: tuple, *, device: str = DEVICE
         reps[name] = max(1, min(200, math.ceil(block_seconds / per_call)))
     names = list(fns)
     samples: dict = {n: [] for n in names}
+    deadline = None if budget_seconds is None else clock.now() + budget_seconds
     for t in range(trials()):
+        if deadline is not None and t >= 3 and clock.now() > deadline:
+            break
         for n in names[t % len(names):] + names[:t % len(names)]:
             clock.sync(device)
             start = clock.now()
@@ -504,7 +510,8 @@ def shape_sweep(strategies: dict, inputs: Sequence[tuple], *, eager: Callable | 
     with quiet():
         for args in progress(inputs, "steady-state timing per shape"):
             times = interleaved_seconds_per_call(fns, args, device=device,
-                                                 block_seconds=pick(0.02, 0.02, 0.005))
+                                                 block_seconds=pick(0.02, 0.02, 0.005),
+                                                 budget_seconds=pick(30.0, 10.0, 1.5))
             for name in fns:
                 result["per_call_s"][name].append(times[name])
     result["extra_compiles"] = {name: counter.graphs - before[name]

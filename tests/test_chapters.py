@@ -197,7 +197,7 @@ def test_chapter7_partitioners_and_training_step(executed):
     assert rows["first compiled training step (forward + backward compile)"] > 0
     text = _stream_text(executed["07_training.ipynb"][0])
     assert "after two steps the compiled model's loss and weights match eager's" in text
-    for what in ("peak memory of a training step", "cudagraph_mark_step_begin", "TF32 matmuls",
+    for what in ("peak memory of a training step", "CUDA graphs in a training loop", "TF32 matmuls",
                  "bf16 speed on Tensor Cores"):
         assert f"GPU-only: {what}" in text, what
 
