@@ -218,3 +218,4 @@ def test_chapter8_escape_hatches_caches_and_tools(executed):
     assert "tlparse exited with 0" in text
     assert "fail_on_recompile: RuntimeError" in text
     assert "torch.export on Branchy: " in text and "exported (unexpected)" not in text
+    assert rows["torch.compile graph breaks for a data-dependent if (torch.export refuses it)"] == 1
