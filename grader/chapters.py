@@ -623,6 +623,34 @@ def cold_cache_dir(path: str) -> str | None:
     return None if SIZE == "ci" else path
 
 
+def scratch_dir(prefix: str = "course-", keep_hours: float = 6.0) -> str:
+    """A new temporary folder for a chapter's logs, caches and reports.
+
+    It is deleted when the Python process exits normally (a Jupyter kernel that is shut down may
+    skip that), and folders with the same prefix left by earlier runs are deleted once they are
+    ``keep_hours`` old, so that runs do not pile up in the temporary folder."""
+    import atexit
+    import glob
+    import shutil
+    import tempfile
+
+    for old in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
+        try:
+            if os.path.isdir(old) and time.time() - os.path.getmtime(old) > keep_hours * 3600:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def fresh_copy(fn: Callable) -> Callable:
+    """A copy of a function or module whose code Dynamo has never seen (so its compiles, caches
+    and decorators start from nothing); see :func:`grader._torch_internals.fresh_copy`."""
+    return ti.fresh_copy(fn)
+
+
 def tlparse_binary() -> str | None:
     """The ``tlparse`` program (``pip install tlparse``): next to this Python, or on ``PATH``."""
     import shutil

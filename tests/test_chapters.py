@@ -219,3 +219,46 @@ def test_chapter8_escape_hatches_caches_and_tools(executed):
     assert "fail_on_recompile: RuntimeError" in text
     assert "torch.export on Branchy: " in text and "exported (unexpected)" not in text
     assert rows["torch.compile graph breaks for a data-dependent if (torch.export refuses it)"] == 1
+
+
+def test_compile_counter_and_helpers_of_chapters_6_to_8():
+    import torch
+
+    def f(x):
+        return torch.tanh(x) * 2
+
+    fn, counter = chapters.compile_counted(f, backend="eager")
+    with chapters.own_automatic_dynamic_state():
+        for b in (2, 3, 4):
+            fn(torch.randn(b, 5))
+    assert counter.graphs == 2                                  # static, then dynamic
+    assert counter.inputs[0] == [(2, 5)] and isinstance(counter.inputs[1][0][0], str)
+    assert chapters.round_up(5, 4) == 8 and chapters.round_up(8, 4) == 8
+    padded = chapters.pad_to(torch.ones(2, 3), (4, 5))
+    assert padded.shape == (4, 5) and padded.sum() == 6
+    with pytest.raises(ValueError):
+        chapters.pad_to(torch.ones(4), (2,))
+    times = chapters.interleaved_seconds_per_call({"a": f, "b": torch.sin}, (torch.ones(4),),
+                                                  budget_seconds=0.5)
+    assert set(times) == {"a", "b"} and all(t > 0 for t in times.values())
+    assert chapters.cold_cache_dir("/x") == (None if chapters.SIZE == "ci" else "/x")
+    folder = chapters.scratch_dir("course-test-")
+    assert os.path.isdir(folder)
+    os.rmdir(folder)
+
+
+def test_shape_sweep_counts_compiles_per_strategy():
+    import torch
+
+    def f(x):
+        return x.sin() + 1
+
+    static, c_static = chapters.compile_counted(f, backend="eager", dynamic=False)
+    dyn, c_dyn = chapters.compile_counted(f, backend="eager", dynamic=True)
+    inputs = [(torch.randn(n),) for n in (2, 3, 4)]
+    sweep = chapters.shape_sweep({"static": (static, c_static), "dynamic": (dyn, c_dyn)}, inputs,
+                                 eager=f)
+    assert sweep["compiles"] == {"static": [1, 2, 3], "dynamic": [1, 1, 1]}
+    assert sweep["extra_compiles"] == {"static": 0, "dynamic": 0}
+    assert set(sweep["per_call_s"]) == {"eager", "static", "dynamic"}
+    assert all(len(v) == 3 for v in sweep["per_call_s"].values())
