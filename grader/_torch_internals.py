@@ -443,3 +443,154 @@ def warm_inductor(device: str = "cpu", fresh: bool = True) -> None:
         context.enter_context(functorch_config.patch(enable_autograd_cache=False))
     with context, quiet_torch_logs():
         torch.compile(lambda t: t + 1)(torch.ones(2, device=device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic shapes, compile counting and AOTAutograd (chapters 6-8)
+
+def mark_dynamic(t: torch.Tensor, dim, **kwargs) -> None:
+    """``torch._dynamo.mark_dynamic(t, dim)``: the compile that first sees ``t`` treats ``dim``
+    as symbolic from the start, and raises if the code specializes it to a constant."""
+    torch._dynamo.mark_dynamic(t, dim, **kwargs)
+
+
+def maybe_mark_dynamic(t: torch.Tensor, dim) -> None:
+    """``torch._dynamo.maybe_mark_dynamic(t, dim)``: like :func:`mark_dynamic`, but a hint that
+    Dynamo may drop (specialize) without an error."""
+    torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
+def dynamo_config_patch(**options) -> contextlib.AbstractContextManager:
+    """``torch._dynamo.config.patch`` (e.g. ``capture_scalar_outputs=True``)."""
+    import torch._dynamo.config as cfg
+
+    return cfg.patch(**options)
+
+
+def lookup_backend(name: str) -> Callable:
+    """The compiler function behind a backend name (``"inductor"``, ``"eager"``, ...)."""
+    return torch._dynamo.lookup_backend(name)
+
+
+def unique_graphs() -> int:
+    """How many graphs Dynamo has compiled in this process (``counters["stats"]``), for
+    counting compiles of a backend given by name (e.g. ``mode="reduce-overhead"``)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+
+class _MessageCollector(logging.Handler):
+    def __init__(self, pattern: re.Pattern) -> None:
+        super().__init__(logging.WARNING)
+        self.pattern = pattern
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:
+            return
+        if self.pattern.search(text):
+            self.messages.append(text)
+
+
+@contextlib.contextmanager
+def capture_recompile_limit_messages() -> Iterator[list]:
+    """Collect the full text of Dynamo's warning each time it hits its recompile limit in the
+    block (``"torch._dynamo hit config.recompile_limit (8)\\n function: ...\\n last reason:
+    ..."``). Nothing reaches the console."""
+    collector = _MessageCollector(_LIMIT_HIT)
+    with _only_into(_LIMIT_LOGGER, collector, logging.WARNING):
+        yield collector.messages
+
+
+def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
+    """Compile ``fn`` with AOTAutograd (Inductor's decompositions, no code generation), run it
+    forward and backward once, and return its graphs.
+
+    Returns ``{"joint": GraphModule, "forward": GraphModule, "backward": GraphModule,
+    "saved": [(name, shape, dtype, bytes, kind), ...]}``, where ``saved`` lists what the forward
+    graph returns for the backward graph (the values saved for backward), ``kind`` being
+    ``"input"`` (a parameter or input), ``"view of an input"`` (e.g. a transposed weight: no
+    memory of its own), ``"activation"`` or ``"view of an activation"``; and
+    ``"activation_bytes"``, the memory the saved activations keep alive (each base counted
+    once, views adding nothing). ``partitioner`` is
+    ``"min_cut"`` (what Inductor uses: recompute cheap ops in the backward) or ``"default"``
+    (save every intermediate the backward reads). ``fn``'s own Dynamo cache is untouched: a
+    fresh copy of ``fn`` is compiled.
+    """
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import partitioners
+    from torch._inductor.decomposition import select_decomp_table
+
+    partition = {"min_cut": partitioners.min_cut_rematerialization_partition,
+                 "default": partitioners.default_partition}[partitioner]
+    got: dict = {}
+
+    def forward_compiler(gm, example_inputs):
+        got["forward"] = gm
+        return make_boxed_func(gm.forward)
+
+    def backward_compiler(gm, example_inputs):
+        got["backward"] = gm
+        return make_boxed_func(gm.forward)
+
+    def partition_fn(joint, joint_inputs, **kwargs):
+        got["joint"] = joint
+        return partition(joint, joint_inputs, **kwargs)
+
+    backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
+                           partition_fn=partition_fn, decompositions=select_decomp_table())
+    out = compile_fresh(fn, backend=backend)(*args)
+    (out.sum() if out.dim() else out).backward()
+    forward = got["forward"]
+    outputs = [n for n in forward.graph.nodes if n.op == "output"][0].args[0]
+    n_user = len(outputs) - _saved_count(got["backward"])
+    saved, roots = [], {}
+    for node in outputs[n_user:]:
+        val = node.meta.get("val") if hasattr(node, "meta") else None
+        root = _view_root(node)
+        is_input = getattr(root, "op", None) == "placeholder"
+        kind = ("input" if is_input else "activation") if root is node else \
+            ("view of an input" if is_input else "view of an activation")
+        if isinstance(val, torch.Tensor):
+            saved.append((node.name, tuple(val.shape), val.dtype, val.numel() * val.element_size(),
+                          kind))
+        else:
+            saved.append((getattr(node, "name", str(node)), (), None, 0, kind))
+        root_val = root.meta.get("val") if hasattr(root, "meta") else None
+        if not is_input and isinstance(root_val, torch.Tensor):
+            roots[root.name] = root_val.numel() * root_val.element_size()
+    got["saved"] = saved
+    got["activation_bytes"] = sum(roots.values())
+    return got
+
+
+_VIEW_OPS = {"permute", "t", "view", "transpose", "expand", "alias", "reshape", "unsqueeze",
+             "squeeze", "_unsafe_view", "slice", "select", "as_strided"}
+
+
+def _view_root(node):
+    """The node whose memory ``node`` uses: itself, or the base of a chain of view ops."""
+    while getattr(node, "op", None) == "call_function" and node.args:
+        target = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if target not in _VIEW_OPS or not hasattr(node.args[0], "op"):
+            break
+        node = node.args[0]
+    return node
+
+
+def _saved_count(backward) -> int:
+    """Inputs of the backward graph that are not incoming gradients (``tangents_*``)."""
+    return sum(1 for n in backward.graph.nodes
+               if n.op == "placeholder" and not n.name.startswith("tangents"))
+
+
+def nonstrict_trace_decorator() -> Callable | None:
+    """``torch.compiler.nonstrict_trace`` where this torch has it, else
+    ``torch._dynamo.nonstrict_trace`` (its first home), else ``None``."""
+    found = getattr(torch.compiler, "nonstrict_trace", None)
+    if found is None:
+        found = getattr(torch._dynamo, "nonstrict_trace", None)
+    return found

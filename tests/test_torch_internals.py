@@ -352,3 +352,86 @@ def test_warm_up_in_the_current_cache_leaves_the_toolchain_probes_there(tmp_path
     subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)
     assert list(tmp_path.rglob("*.so")), sorted(p.name for p in tmp_path.rglob("*"))[:20]
     assert not [p for p in (tmp_path / "fxgraph").rglob("*") if p.is_file()]
+
+# ---------------------------------------------------------------------------------------------
+# Chapters 6-8: dynamic shapes, compile counting, AOTAutograd
+
+def test_mark_dynamic_and_maybe_mark_dynamic(counting_backend):
+    def f(x):
+        return x * 2
+
+    opt = ti.compile_fresh(f, backend=counting_backend)
+    x = torch.zeros(3, 2)
+    ti.mark_dynamic(x, 0)
+    opt(x)
+    opt(torch.zeros(5, 2))
+    assert counting_backend.frame_count == 1           # dynamic from the first compile
+
+    def branches(x):
+        return x * 2 if x.shape[0] == 4 else x + 1
+
+    y = torch.zeros(4, 2)
+    ti.mark_dynamic(y, 0)
+    with ti.quiet_torch_logs(), pytest.raises(Exception, match="(?i)constraint|specializ"):
+        ti.compile_fresh(branches, backend="eager")(y)
+    z = torch.zeros(4, 2)
+    ti.maybe_mark_dynamic(z, 0)
+    assert ti.compile_fresh(branches, backend="eager")(z).sum() == 0   # a hint: no error
+
+
+def test_dynamo_config_patch_and_lookup_backend():
+    import torch._dynamo.config as cfg
+
+    before = cfg.capture_scalar_outputs
+    with ti.dynamo_config_patch(capture_scalar_outputs=not before):
+        assert cfg.capture_scalar_outputs is (not before)
+    assert cfg.capture_scalar_outputs is before
+    assert callable(ti.lookup_backend("eager")) and callable(ti.lookup_backend("inductor"))
+
+
+def test_unique_graphs_counts_compiles():
+    start = ti.unique_graphs()
+    ti.compile_fresh(lambda t: t - 1, backend="eager")(torch.zeros(2))
+    assert ti.unique_graphs() == start + 1
+
+
+def test_capture_recompile_limit_messages(capfd):
+    def f(x):
+        return x + 1
+
+    with ti.set_recompile_limit(1), ti.capture_recompile_limit_messages() as messages:
+        opt = ti.compile_fresh(f, backend="eager", dynamic=False)
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            opt(torch.zeros(2, dtype=dtype))
+    assert messages and f"hit config.{ti.recompile_limit_name()} (1)" in messages[0]
+    assert "dtype mismatch" in messages[0]           # the last reason is part of it
+    assert capfd.readouterr().err == ""
+
+
+def test_aot_graphs_joint_forward_backward_and_saved():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    for partitioner in ("default", "min_cut"):
+        graphs = ti.aot_graphs(model, x, partitioner=partitioner)
+        assert {"joint", "forward", "backward", "saved"} <= set(graphs)
+        joint_inputs = [n.name for n in graphs["joint"].graph.nodes if n.op == "placeholder"]
+        assert any(n.startswith("tangents") for n in joint_inputs)      # forward + backward
+        assert graphs["saved"] and all(row[3] >= 0 for row in graphs["saved"])
+        kinds = {row[4] for row in graphs["saved"]}
+        assert kinds <= {"input", "view of an input", "activation", "view of an activation"}
+        assert graphs["activation_bytes"] > 0
+    assert model[0].weight.grad is not None          # the backward ran (on the shared weights)
+
+
+def test_nonstrict_trace_decorator_keeps_a_function_in_one_graph(counting_backend):
+    deco = ti.nonstrict_trace_decorator()
+    if deco is None:
+        pytest.skip(f"torch {torch.__version__} has no nonstrict_trace")
+
+    def helper(t):
+        return t * 2
+
+    wrapped = deco(helper)
+    out = ti.compile_fresh(lambda t: wrapped(t.sin()).cos(), backend=counting_backend)(torch.ones(3))
+    torch.testing.assert_close(out, (torch.ones(3).sin() * 2).cos())
+    assert counting_backend.frame_count == 1
