@@ -69,6 +69,42 @@ def _part(outcome, part: str) -> float:
     return sum(outcome.phases.get(name, 0.0) for name in PARTS[part])
 
 
+COURSE_STUDENTS, COURSE_SETS = 500, 5
+
+
+def _estimate(rows: list, worker_counts: list[int], students: int) -> str:
+    """The wall time of grading a whole course, from this run's measured figures."""
+    local = {(r[0], r[2]): r for r in rows if r[1] == "local"}
+    sets = sorted({r[0] for r in rows})
+    per_submission = [float(local[(a, worker_counts[0])][5]) for a in sets
+                      if (a, worker_counts[0]) in local and local[(a, worker_counts[0])][5] != "-"]
+    if not per_submission:
+        return ""
+    mean_s = statistics.mean(per_submission)
+    best = max(worker_counts)
+    rates = [float(local[(a, best)][8]) / float(local[(a, worker_counts[0])][8]) for a in sets
+             if (a, best) in local and (a, worker_counts[0]) in local]
+    gain = statistics.mean(rates) if rates else 1.0
+    total = COURSE_STUDENTS * COURSE_SETS
+    per_node_hour = 3600 / mean_s * gain
+    lines = [f"\n## Estimate: {COURSE_STUDENTS} students x {COURSE_SETS} problem sets\n",
+             f"{total:,} submissions; measured here: {mean_s:.1f} s per later submission with "
+             f"{worker_counts[0]} worker (mean over {', '.join(sets)}), and {best} workers on this "
+             f"{os.cpu_count()}-core machine grade {gain:.2f}x as many per minute, so one such "
+             f"machine grades {per_node_hour:.0f} submissions an hour. Wall time = "
+             f"{total:,} / (nodes x {per_node_hour:.0f}) hours, plus the once-per-run "
+             f"preparation (the 'prepare s' column, per set) and Ray's overhead per submission "
+             f"(its column) divided by the tasks running at once:\n",
+             "| nodes like this one | wall time |", "|---|---|"]
+    for nodes in (1, 10, 50):
+        hours = total / (nodes * per_node_hour)
+        lines.append(f"| {nodes} | {hours:.1f} h ({hours * 60:.0f} min) |")
+    lines.append("\nOn GPU nodes each task holds one whole GPU: the wall time is the submissions "
+                 "times the seconds per submission there, divided by the number of GPUs; this "
+                 "file has no GPU figure until `make bench-grade` runs on one.")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             f"## Where a submission's seconds go\n\nMedian seconds per later submission "
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
             f"worker each): {PARTS_HELP}\n\n{parts_table}\n")
+    text += _estimate(rows, worker_counts, args.students)
     print("\n" + text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
