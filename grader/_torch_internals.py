@@ -315,15 +315,6 @@ def list_mode_options() -> dict:
     return dict(torch._inductor.list_mode_options())
 
 
-def graph_break_counter_total() -> int:
-    """Total graph breaks recorded in ``torch._dynamo.utils.counters`` (keyed by message)."""
-    return int(sum(torch._dynamo.utils.counters["graph_break"].values()))
-
-
-def clear_counters() -> None:
-    torch._dynamo.utils.counters.clear()
-
-
 @contextlib.contextmanager
 def quiet_torch_logs() -> Iterator[None]:
     """Keep torch's warnings and log lines off stderr inside the block.
@@ -377,11 +368,6 @@ def capture_graph_breaks() -> Iterator[list]:
     collector = _BreakCollector()
     with _only_into(_GRAPH_BREAK_LOGGER, collector, logging.DEBUG):
         yield collector.records
-
-
-def is_compiling() -> bool:
-    fn = getattr(torch.compiler, "is_compiling", None)
-    return bool(fn()) if fn else False
 
 
 def compiler_config_values() -> dict[str, str]:

@@ -652,11 +652,18 @@ def fresh_copy(fn: Callable) -> Callable:
 
 
 def tlparse_binary() -> str | None:
-    """The ``tlparse`` program (``pip install tlparse``): next to this Python, or on ``PATH``."""
+    """The ``tlparse`` program (``pip install tlparse``): next to this Python, or on ``PATH``.
+    On Google Colab, where the course is installed without its instructor extras, it is
+    installed from PyPI on first use, as the course itself is (no manual step for learners)."""
     import shutil
+    import subprocess
 
     here = os.path.join(os.path.dirname(sys.executable), "tlparse")
-    return here if os.access(here, os.X_OK) else shutil.which("tlparse")
+    found = here if os.access(here, os.X_OK) else shutil.which("tlparse")
+    if found is None and "google.colab" in sys.modules:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "tlparse"], check=False)
+        found = here if os.access(here, os.X_OK) else shutil.which("tlparse")
+    return found
 
 
 def run_tlparse(trace: str, out_dir: str) -> tuple[int, str] | None:

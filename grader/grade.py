@@ -118,7 +118,7 @@ def _venv_env() -> dict:
     return env
 
 
-def _nbgrader(course: str, *args: str, check: bool = True, quiet: bool = True):
+def _nbgrader(course: str, *args: str, check: bool = True):
     cmd = [sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, cwd=course, env=_venv_env(), capture_output=True, text=True)
     if check and proc.returncode != 0:

@@ -140,17 +140,6 @@ def test_list_mode_options():
     assert modes["default"] == {}
 
 
-def test_graph_break_counter_total_and_clear():
-    ti.clear_counters()
-    assert ti.graph_break_counter_total() == 0
-    torch.compile(_breaks_once, backend="eager")(torch.randn(3))
-    assert ti.graph_break_counter_total() == 1
-    # keyed by message, no "total" key (the pitfall the helper exists for)
-    assert "total" not in torch._dynamo.utils.counters["graph_break"]
-    ti.clear_counters()
-    assert ti.graph_break_counter_total() == 0
-
-
 def test_quiet_torch_logs_silences_and_restores(capfd):
     logger = logging.getLogger("torch._dynamo")
     torch_logger = logging.getLogger("torch")
@@ -194,20 +183,6 @@ def test_capture_graph_breaks_sees_a_break_at_the_start_of_a_frame():
         torch.compile(models.PrintInForward(), backend="eager")(models.example_input())
     assert [r[1] for r in records] == [models.break_line("print")[0]]
 
-
-def test_is_compiling():
-    assert ti.is_compiling() is False
-    seen = []
-
-    def f(x):
-        seen.append(ti.is_compiling())     # a Python side effect: runs while tracing
-        return x + 1
-
-    torch.compile(f, backend="eager", fullgraph=True)(torch.zeros(2))
-    assert seen and seen[0] is True
-
-
-# --- compiling without sharing Dynamo's caches ----------------------------------------------------
 
 def test_fresh_copy_of_a_function_has_code_dynamo_has_not_seen(counting_backend):
     def f(x, k=2):

@@ -132,7 +132,9 @@ def default_build(entry_object: Any, baseline: Any, device: str) -> Callable:
     raise TypeError(f"expected a nn.Module subclass or a function, got {type(entry_object).__name__}")
 
 
-def seeded_generator(seed: int, device: str = "cpu") -> torch.Generator:
+def seeded_generator(seed: int) -> torch.Generator:
+    """A CPU generator seeded with ``seed``: inputs are drawn on the CPU, then moved to the
+    device, so the same seed gives the same inputs on every device."""
     return torch.Generator(device="cpu").manual_seed(int(seed))
 
 
