@@ -111,9 +111,15 @@ class RayExecutor:
     """Submits grading tasks to Ray and hands back finished ones, in the order they finish."""
 
     def __init__(self, address: str | None = None, gpus_per_submission: float | None = None):
+        import builtins
+
         import ray
 
         self.ray = ray
+        # Ray replaces this process's print() with its own when a task's output reaches the
+        # driver (tqdm_ray), for good; keep print as it is, and put it back at shutdown.
+        os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
+        self._print = builtins.print
         if not ray.is_initialized():
             # Without an address a local instance starts; RAY_ADDRESS is read by ray.init too.
             ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
@@ -126,6 +132,13 @@ class RayExecutor:
         self._prepare = ray.remote(prepare_task).options(
             num_cpus=CPUS_PER_SUBMISSION, num_gpus=self.gpus, max_retries=MAX_RETRIES)
         self.pending: dict = {}
+
+    def shutdown(self) -> None:
+        """Disconnect (and stop the local instance if this process started it)."""
+        import builtins
+
+        self.ray.shutdown()
+        builtins.print = self._print
 
     def describe(self) -> str:
         resources = self.ray.cluster_resources()

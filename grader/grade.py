@@ -706,7 +706,7 @@ def grade(course: str = ".", assignments: list[str] | None = None, **options) ->
             step(run)
     finally:
         if run.ray is not None:  # disconnects; stops the local instance if this run started it
-            run.ray.ray.shutdown()
+            run.ray.shutdown()
     return run
 
 

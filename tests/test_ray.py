@@ -83,3 +83,19 @@ def test_a_two_node_cluster_grades_like_local_workers_and_a_killed_worker_loses_
         totals = {s.student.id: s.score for s in gb.assignment_submissions("ps2")}
     assert sorted(rows) == sorted((s, "ps2") for s in COHORT)
     assert totals == scores
+
+
+def test_the_driver_keeps_its_own_print():
+    # Ray can replace the driver's print() for good (tqdm_ray); a grading run must leave the
+    # process as it found it (the test suite runs make grade in-process).
+    import builtins
+
+    before = builtins.print
+    executor = distributed.RayExecutor()
+    try:
+        from ray.experimental import tqdm_ray
+
+        tqdm_ray.instance()            # what a task's progress output triggers on the driver
+    finally:
+        executor.shutdown()
+    assert builtins.print is before
