@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import socket
 import tarfile
 import tempfile
@@ -64,6 +65,7 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
     course = tempfile.mkdtemp(prefix=f"ray-{student}-{assignment}-")
     tmp = None
     node = socket.gethostname()
+    blocked = unblock_sigint()
     try:
         _unpack(payload, course)
         try:
@@ -81,9 +83,18 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
         return {"archive": _pack(tmp, RESULT_PATHS), "failure": failure, "seconds": seconds,
                 "phases": phases, "node": node}
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         shutil.rmtree(course, ignore_errors=True)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unblock_sigint() -> set:
+    """Ray runs tasks with SIGINT blocked, and child processes inherit the mask: the notebook's
+    kernel could then not be interrupted when a cell times out (nbgrader interrupts it with
+    SIGINT), and an endless loop would fail the whole submission instead of that one cell.
+    Unblocks it in the calling thread; returns the mask to restore."""
+    return signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
