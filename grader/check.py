@@ -323,8 +323,7 @@ def prepare(key: str, *, course_root: str | None = None, device: str | None = No
     if raw.get("status") != "ok" or not isinstance(raw.get("cache"), str) \
             or not isinstance(first, (int, float)) or isinstance(first, bool) or not first >= 0:
         return None
-    return {"cache": raw["cache"], "reference_first_s": float(first),
-            "seconds": (raw.get("phases") or {}).get("baseline and reference")}
+    return {"cache": raw["cache"], "reference_first_s": float(first)}
 
 
 def skip_while_grading() -> bool:

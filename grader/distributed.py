@@ -101,21 +101,16 @@ def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
     """The run's prepared reference caches for ``assignment``, built on a grading node (the
     compiler cache is specific to the machine type, so the cluster's nodes should be one type)."""
     from . import pipeline, sandbox
+    from .grade import _gpu_count
 
     course = tempfile.mkdtemp(prefix=f"ray-prepare-{assignment}-")
     try:
         _unpack(payload, course)
-        gpus = _gpus()
         return pipeline.prepare_references(assignment, course, isolation=sandbox.probe(
-            options["sandbox"]), sandbox=options["sandbox"], device="cuda:0" if gpus else None)
+            options["sandbox"]), sandbox=options["sandbox"],
+            device="cuda:0" if _gpu_count() else None)
     finally:
         shutil.rmtree(course, ignore_errors=True)
-
-
-def _gpus() -> int:
-    from .grade import _gpu_count
-
-    return _gpu_count()
 
 
 class RayExecutor:
