@@ -18,13 +18,13 @@ reason, like a local failure.
 """
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import signal
 import socket
-import tarfile
 import tempfile
+
+from .sandbox import pack_folder, unpack_folder
 
 CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.worker); nbgrader's kernel one more
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
@@ -33,24 +33,9 @@ RESULT_PATHS = ("gradebook.db", "autograded", "pipeline.json", "pipeline.json.di
                 "autograde.log")
 
 
-def _pack(root: str, paths) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in paths:
-            if os.path.exists(os.path.join(root, path)):
-                tar.add(os.path.join(root, path), arcname=path)
-    return buffer.getvalue()
-
-
-def _unpack(data: bytes, root: str) -> None:
-    os.makedirs(root, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(root, filter="data")
-
-
 def stage(course: str, assignment: str, student: str) -> bytes:
     """Everything grading one submission reads from the course folder, as one archive."""
-    return _pack(course, ["nbgrader_config.py", "gradebook.db",
+    return pack_folder(course, ["nbgrader_config.py", "gradebook.db",
                           os.path.join("source", assignment),
                           os.path.join("submitted", student, assignment)])
 
@@ -67,7 +52,7 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
     node = socket.gethostname()
     blocked = unblock_sigint()
     try:
-        _unpack(payload, course)
+        unpack_folder(payload, course)
         try:
             isolation = sandbox.probe(options["sandbox"])
         except sandbox.SandboxUnavailable as exc:
@@ -80,8 +65,8 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
         sub = grade.Submission(student, assignment,
                                os.path.join(course, "submitted", student, assignment))
         tmp, failure, seconds, phases = grade._grade_one(run, sub, 0, grade._gpu_count())
-        return {"archive": _pack(tmp, RESULT_PATHS), "failure": failure, "seconds": seconds,
-                "phases": phases, "node": node}
+        return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": failure,
+                "seconds": seconds, "phases": phases, "node": node}
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         shutil.rmtree(course, ignore_errors=True)
@@ -105,7 +90,7 @@ def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
 
     course = tempfile.mkdtemp(prefix=f"ray-prepare-{assignment}-")
     try:
-        _unpack(payload, course)
+        unpack_folder(payload, course)
         return pipeline.prepare_references(assignment, course, isolation=sandbox.probe(
             options["sandbox"]), sandbox=options["sandbox"],
             device="cuda:0" if _gpu_count() else None)
@@ -154,7 +139,7 @@ class RayExecutor:
                 f"{CPUS_PER_SUBMISSION} CPU" + (f" and {self.gpus:g} GPU" if self.gpus else ""))
 
     def prepare(self, course: str, assignment: str, options: dict) -> dict:
-        payload = _pack(course, ["nbgrader_config.py", os.path.join("source", assignment)])
+        payload = pack_folder(course, ["nbgrader_config.py", os.path.join("source", assignment)])
         return self.ray.get(self._prepare.remote(payload, assignment, options))
 
     def put(self, value):
@@ -187,5 +172,5 @@ def unpack_result(result: dict) -> str:
     """A finished task's archive unpacked into a new local folder (for grader.grade._merge)."""
     folder = tempfile.mkdtemp(prefix="ray-result-")
     if result.get("archive"):
-        _unpack(result["archive"], folder)
+        unpack_folder(result["archive"], folder)
     return folder

@@ -465,3 +465,30 @@ def _kill_leftovers(token: str) -> list[int]:
         except (OSError, ValueError):
             continue
     return killed
+
+
+# ---------------------------------------------------------------------------------------------
+# Folders as data: what travels into a sandboxed or remote process and back (no shared files)
+
+def pack_folder(root: str, paths=(".",)) -> bytes:
+    """``paths`` under ``root`` (those that exist) as a gzipped tar."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in paths:
+            if os.path.exists(os.path.join(root, path)):
+                tar.add(os.path.join(root, path), arcname=path)
+    return buffer.getvalue()
+
+
+def unpack_folder(data: bytes, root: str) -> None:
+    """Extract :func:`pack_folder`'s archive under ``root`` (created if missing); the tar's
+    "data" filter refuses links and paths that leave ``root``."""
+    import io
+    import tarfile
+
+    os.makedirs(root, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(root, filter="data")

@@ -39,14 +39,12 @@ import base64
 import dataclasses
 import hashlib
 import hmac
-import io
 import json
 import linecache
 import os
 import re
 import shutil
 import sys
-import tarfile
 import threading
 import time
 import traceback
@@ -58,6 +56,7 @@ from . import _torch_internals as ti
 from . import breaks, correctness, fusion, recompiles, static_check, targets, timing
 from . import check as _check_api  # noqa: F401  (imported so that the snapshot covers it too)
 from .problems import CHECKS, NO_COMPILE, Problem, get_problem, seeded_generator
+from .sandbox import pack_folder, unpack_folder
 from .source import Cell, strip_magics
 
 _DUMPS = json.dumps
@@ -498,17 +497,12 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str],
 
 def _pack(folder: str) -> str:
     """A folder as text (a gzipped tar, base64), to travel inside a JSON job or result."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(folder, arcname=".")
-    return base64.b64encode(buffer.getvalue()).decode()
+    return base64.b64encode(pack_folder(folder)).decode()
 
 
 def _unpack(text: str, folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(text)), mode="r:gz") as tar:
-        tar.extractall(folder, filter="data")
+    unpack_folder(base64.b64decode(text), folder)
 
 
 def prepare_reference(spec: dict, phases: dict | None = None) -> dict:
