@@ -141,18 +141,20 @@ class CorrectnessReport:
 
 
 def check_outputs(candidate: Callable, reference: Callable, make_inputs: Callable[[int], tuple],
-                  seeds: Sequence[int] | None = None, n: int = 3) -> CorrectnessReport:
+                  seeds: Sequence[int] | None = None, n: int = 3,
+                  grad: bool = False) -> CorrectnessReport:
     """Compare ``candidate(*make_inputs(seed))`` with ``reference(...)`` for fresh seeds.
 
     Inputs are built twice per seed so that a candidate that changes its inputs in place cannot
     change what the reference sees; and the candidate must leave its inputs as they were (a
     solution that overwrites the caller's tensors fails even when its output is right, unless
-    the reference changes the same input too).
+    the reference changes the same input too). ``grad``: run both with autograd enabled (a
+    training step, which runs backward); by default they run under ``torch.no_grad()``.
     """
     seeds = list(seeds) if seeds is not None else fresh_seeds(n)
     failures = []
     for seed in seeds:
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad):
             ref_args = make_inputs(seed)
             ref_before = _snapshot(ref_args)
             expected = reference(*ref_args)

@@ -236,16 +236,9 @@ def _timed_version(model, problem: Problem, options: dict):
     """What a job or speed measurement calls: ``model`` eagerly for ``mode="none"``, else
     compiled with ``options`` (and ``fullgraph=True`` where the problem times one graph)."""
     if options.get("mode") == NO_COMPILE:
-        return _no_grad(model)
+        return problem.graded_call(model)
     options = {**options, "fullgraph": True} if problem.timed_fullgraph else dict(options)
-    return _no_grad(torch.compile(model, **options))
-
-
-def _no_grad(fn):
-    def call(*args):
-        with torch.no_grad():
-            return fn(*args)
-    return call
+    return problem.graded_call(torch.compile(model, **options))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +258,8 @@ class Session:
     reference: object | None
     expected: list
     learner_model: object = None
-    learner_eager: object = None
+    learner_eager: object = None    # the graded call (compared and timed), eager
+    learner_traced: object = None   # what the graph-break and recompile checks compile
     compile_kwargs: dict = dataclasses.field(default_factory=dict)
     budget_s: float = 45.0
     reference_first_s: float = 0.0   # the reference's cold compile + first call (job check)
@@ -287,23 +281,24 @@ def _breaks_dict(report: breaks.GraphBreakReport | None) -> list[dict]:
 def check_correctness(s: Session) -> dict:
     rep = correctness.check_outputs(
         s.learner_eager, s.base_eager,
-        lambda seed: s.problem.make_inputs(seeded_generator(seed), s.device), seeds=s.seeds[-3:])
+        lambda seed: s.problem.make_inputs(seeded_generator(seed), s.device), seeds=s.seeds[-3:],
+        grad=s.problem.training)
     return {"ok": rep.ok, "checked": rep.checked, "message": str(rep)}
 
 
 def check_fullgraph(s: Session) -> dict:
-    fg = breaks.fullgraph_check(s.learner_eager, *s.fresh_inputs())
+    fg = breaks.fullgraph_check(s.learner_traced, *s.fresh_inputs())
     return {"ok": fg.ok, "message": str(fg), "breaks": _breaks_dict(fg.report)}
 
 
 def check_breaks(s: Session) -> dict:
-    rep = breaks.graph_break_report(s.learner_eager, *s.fresh_inputs())
+    rep = breaks.graph_break_report(s.learner_traced, *s.fresh_inputs())
     return {"ok": rep.ok, "graph_count": rep.graph_count, "message": str(rep),
             "breaks": _breaks_dict(rep)}
 
 
 def check_recompiles(s: Session) -> dict:
-    rep = recompiles.recompile_check(s.learner_eager, s.problem.recompile_inputs(s.device),
+    rep = recompiles.recompile_check(s.learner_traced, s.problem.recompile_inputs(s.device),
                                      max_compiles=s.problem.max_compiles,
                                      **{k: v for k, v in s.compile_kwargs.items() if k == "dynamic"})
     return {"ok": rep.ok, "compiles": rep.compiles, "hit_limit": rep.hit_limit,
@@ -311,7 +306,7 @@ def check_recompiles(s: Session) -> dict:
 
 
 def check_fusion(s: Session) -> dict:
-    rep = fusion.fusion_report(s.learner_eager, *s.fresh_inputs(), **s.compile_kwargs)
+    rep = fusion.fusion_report(s.learner_traced, *s.fresh_inputs(), **s.compile_kwargs)
     limit = s.problem.max_kernels
     hidden = rep.custom_ops
     ok = not hidden and (limit is None or rep.total <= limit)
@@ -446,10 +441,10 @@ def _prepare(spec: dict, problem: Problem, device: str, checks: list[str],
     pool = [problem.make_inputs(seeded_generator(seed), device) for seed in seeds[: problem.pool_size]]
     with torch.no_grad():
         base_model = problem.make_baseline(device)
-    base_eager = _no_grad(base_model)
+    base_eager = problem.graded_call(base_model)
     base_timed = base_eager
     if problem.baseline_compile is not None:
-        base_timed = _no_grad(torch.compile(base_model, **problem.baseline_compile))
+        base_timed = problem.graded_call(torch.compile(base_model, **problem.baseline_compile))
     reference = None
     reference_cells = spec.pop("reference_cells", None)
     prepared = spec.pop("prepared", None)
@@ -581,7 +576,8 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
                           message=f"could not build `{problem.entry}`: {_learner_traceback(exc)}")
             return result
         guard.check()
-        session.learner_eager = _no_grad(session.learner_model)
+        session.learner_eager = problem.graded_call(session.learner_model)
+        session.learner_traced = problem.traced_call(session.learner_model)
         lap("learner cells")
         with ti.quiet_torch_logs():
             for name, check in CHECK_FUNCTIONS.items():

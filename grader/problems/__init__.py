@@ -41,6 +41,11 @@ class Problem:
     - ``job_calls``: for the ``job`` check, how many calls the job makes: it is judged on the
       total time, cold compile included (``compile_options`` may choose ``mode="none"``: no
       compile at all).
+    - ``training``: the graded call is a training step (:func:`training_step`: forward, which
+      returns the loss, then backward; the loss and every parameter's gradient are compared and
+      timed), not an inference call under ``torch.no_grad()``. The model is built in train mode
+      and compiled for the backward pass too; graph breaks and recompiles are checked on the
+      model's forward with gradients enabled.
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
       (the worker's snapshot).
@@ -67,6 +72,7 @@ class Problem:
     timed_fullgraph: bool = True
     allowed_config: frozenset = frozenset()
     job_calls: int | None = None
+    training: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)
@@ -86,7 +92,18 @@ class Problem:
     def instantiate(self, entry_object: Any, baseline: Any, device: str) -> Callable:
         if self.build is not None:
             return self.build(entry_object, baseline, device)
-        return default_build(entry_object, baseline, device)
+        return default_build(entry_object, baseline, device, train=self.training)
+
+    def graded_call(self, model: Callable) -> Callable:
+        """What is compared and timed for ``model`` (eager or compiled): a training step, or an
+        inference call without autograd."""
+        return training_step(model) if self.training else no_grad_call(model)
+
+    def traced_call(self, model: Callable) -> Callable:
+        """What the graph-break and recompile checks compile: the model itself with gradients
+        enabled for a training problem (``.backward()`` is not traced by Dynamo), else the
+        inference call."""
+        return model if self.training else no_grad_call(model)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,16 +134,45 @@ class TestCell:
         return list(self.requires) + ([self.scored] if self.scored else [])
 
 
-def default_build(entry_object: Any, baseline: Any, device: str) -> Callable:
+def no_grad_call(fn: Callable) -> Callable:
+    """``fn`` called under ``torch.no_grad()``: an inference call."""
+    def call(*args):
+        with torch.no_grad():
+            return fn(*args)
+    return call
+
+
+def training_step(model: Callable) -> Callable:
+    """One training step of ``model`` (a module, eager or compiled, whose ``forward`` returns
+    the loss): ``step(*batch)`` runs forward and backward and returns ``(loss, *gradients)``,
+    one gradient per parameter in ``model.parameters()`` order, then clears the gradients, so
+    every call starts from the same state. (The optimizer's update is left to the training
+    loop: a step that changed the weights could not be compared call by call.)"""
+    params = list(model.parameters())
+
+    def step(*batch):
+        for p in params:
+            p.grad = None
+        loss = model(*batch)
+        loss.backward()
+        grads = tuple(p.grad for p in params)
+        for p in params:
+            p.grad = None
+        return (loss.detach(), *grads)
+    return step
+
+
+def default_build(entry_object: Any, baseline: Any, device: str, train: bool = False) -> Callable:
     """Instantiate a module class with no arguments, load the baseline's weights when the
-    shapes agree (so outputs are comparable), switch to eval mode, move to ``device``."""
+    shapes agree (so outputs are comparable), switch to eval (or ``train``) mode, move to
+    ``device``."""
     if isinstance(entry_object, type) and issubclass(entry_object, torch.nn.Module):
         model = entry_object()
         if isinstance(baseline, torch.nn.Module):
             model.load_state_dict(baseline.state_dict())
-        return model.to(device).eval()
+        return model.to(device).train(train)
     if isinstance(entry_object, torch.nn.Module):
-        return entry_object.to(device).eval()
+        return entry_object.to(device).train(train)
     if callable(entry_object):
         return entry_object
     raise TypeError(f"expected a nn.Module subclass or a function, got {type(entry_object).__name__}")

@@ -1,4 +1,4 @@
-"""Problem set 4 (capstone): a small transformer's inference step.
+"""Problem set 4: a small transformer's inference step.
 
 ``TinyGPT`` is a one-block decoder that returns the next-token distribution for a batch of token
 sequences. Its ``forward`` carries two habits from eager-mode debugging: a call counter
@@ -107,7 +107,7 @@ HINTS = {
 
 PROBLEMS = {
     "ps4.q1": Problem(
-        key="ps4.q1", title="capstone: a fast, single-graph inference step", entry="FastGPT",
+        key="ps4.q1", title="a fast, single-graph inference step", entry="FastGPT",
         make_baseline=lambda device: TinyGPT().to(device).eval(), make_inputs=make_inputs,
         solution_grade_id="ps4-q1-solution",
         checks=("correctness", "fullgraph", "breaks", "recompiles", "speed"),

@@ -1,0 +1,94 @@
+"""A training step as the graded call (ps5): what the grader compares, compiles and counts.
+
+The in-process parts (``grader.problems.training_step``, ``Problem.graded_call`` /
+``traced_call``) are tested directly; the grading of ps5's traps goes through the real worker,
+with the timed checks left out (seconds, not a minute).
+"""
+from __future__ import annotations
+
+import torch
+
+from grader.breaks import graph_break_report
+from grader.check import evaluate
+from grader.problems import get_problem, training_step
+from grader.problems.ps5 import IGNORE, Classifier, example_inputs
+from grader.source import Cell
+
+REFERENCE = '''class FastClassifier(Classifier):
+    def forward(self, x, y):
+        h = self.block(self.fc1, self.ln1, x)
+        h = self.block(self.fc2, self.ln2, h)
+        return F.cross_entropy(self.head(h), y, ignore_index=IGNORE, label_smoothing=0.1)
+'''
+
+
+def _fast_classifier():
+    namespace: dict = {}
+    exec("from grader.problems.ps5 import *\n" + REFERENCE, namespace)
+    model = namespace["FastClassifier"]()
+    model.load_state_dict(Classifier().state_dict())
+    return model
+
+
+def test_a_training_step_returns_the_loss_and_every_gradient_and_clears_them():
+    model = Classifier()
+    x, y = example_inputs(seed=3)
+    out = training_step(model)(x, y)
+    assert len(out) == 1 + len(list(model.parameters()))
+    assert not out[0].requires_grad and out[0].ndim == 0
+    assert all(p.grad is None for p in model.parameters())  # the next call starts clean
+
+    model.zero_grad(set_to_none=True)
+    model(x, y).backward()
+    for grad, p in zip(out[1:], model.parameters()):
+        torch.testing.assert_close(grad, p.grad)
+    # Every call starts from the same state: the same batch gives the same result.
+    again = training_step(model)(x, y)
+    for a, b in zip(out, again):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_unlabeled_examples_do_not_count_and_the_fixed_shape_loss_agrees():
+    x, y = example_inputs(seed=5)
+    assert (y == IGNORE).any() and (y != IGNORE).any()
+    expected = training_step(Classifier())(x, y)
+    compiled = training_step(torch.compile(_fast_classifier(), fullgraph=True))(x, y)
+    for got, want in zip(compiled, expected):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+    # Counting the unlabeled examples (as class 0) gives another loss: the check can tell.
+    model = _fast_classifier()
+    counted = model(x, y.clamp(min=0))
+    assert not torch.allclose(counted.detach(), expected[0], rtol=1e-3, atol=1e-4)
+
+
+def test_a_training_problem_compares_a_step_and_compiles_the_model_with_gradients():
+    problem = get_problem("ps5.q1")
+    model = Classifier()
+    x, y = example_inputs()
+    loss_and_grads = problem.graded_call(model)(x, y)
+    assert len(loss_and_grads) == 1 + len(list(model.parameters()))
+    assert problem.traced_call(model) is model   # Dynamo cannot trace `.backward()`: the model
+    report = graph_break_report(problem.traced_call(model), x, y)
+    assert report.break_count == 3, str(report)   # the `if`, the mask and the `.item()`
+    inference = get_problem("ps4.q1")
+    assert inference.traced_call(model) is not model
+
+
+def test_ps5_grades_each_trap_of_a_training_step_in_the_worker():
+    """Through the real worker (no timing): a loss that counts the unlabeled examples fails
+    correctness; an example counter in a Python int fails recompiles, naming it; the reference
+    passes both, and no break remains."""
+    wrong = REFERENCE.replace("y, ignore_index=IGNORE,", "y.clamp(min=0),")
+    counter = REFERENCE.replace("    def forward(self, x, y):\n",
+                                "    def forward(self, x, y):\n        self.examples_seen += 1\n")
+    checks = ["correctness", "fullgraph", "recompiles"]
+    runs = {name: evaluate("ps5.q1", cells=[Cell("cell 7", src)], reference="off", checks=checks,
+                           cache=False)
+            for name, src in {"reference": REFERENCE, "wrong": wrong, "counter": counter}.items()}
+    assert [runs["reference"].verdict(c) for c in checks] == ["pass"] * 3, str(runs["reference"])
+    assert runs["wrong"].verdict("correctness") == "fail"
+    assert runs["wrong"].title("correctness") == "loss and gradients match the original"
+    assert runs["wrong"].verdict("fullgraph") == "pass"
+    assert runs["counter"].verdict("correctness") == "pass"
+    assert runs["counter"].verdict("recompiles") == "fail"
+    assert "self.examples_seen" in runs["counter"].message("recompiles")
