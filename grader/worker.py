@@ -268,6 +268,13 @@ class Session:
     def fresh_inputs(self, index: int = 0) -> tuple:
         return self.problem.make_inputs(seeded_generator(self.seeds[-3:][index]), self.device)
 
+    def traced_inputs(self) -> tuple:
+        """What the graph-break checks call the traced model with: one step's arguments where
+        the model is a step of the problem's loop, else fresh inputs."""
+        if self.problem.step_inputs is not None:
+            return self.problem.step_inputs(self.device)
+        return self.fresh_inputs()
+
 
 def _breaks_dict(report: breaks.GraphBreakReport | None) -> list[dict]:
     if report is None:
@@ -287,12 +294,12 @@ def check_correctness(s: Session) -> dict:
 
 
 def check_fullgraph(s: Session) -> dict:
-    fg = breaks.fullgraph_check(s.learner_traced, *s.fresh_inputs())
+    fg = breaks.fullgraph_check(s.learner_traced, *s.traced_inputs())
     return {"ok": fg.ok, "message": str(fg), "breaks": _breaks_dict(fg.report)}
 
 
 def check_breaks(s: Session) -> dict:
-    rep = breaks.graph_break_report(s.learner_traced, *s.fresh_inputs())
+    rep = breaks.graph_break_report(s.learner_traced, *s.traced_inputs())
     return {"ok": rep.ok, "graph_count": rep.graph_count, "message": str(rep),
             "breaks": _breaks_dict(rep)}
 
@@ -306,7 +313,7 @@ def check_recompiles(s: Session) -> dict:
 
 
 def check_fusion(s: Session) -> dict:
-    rep = fusion.fusion_report(s.learner_traced, *s.fresh_inputs(), **s.compile_kwargs)
+    rep = fusion.fusion_report(s.learner_traced, *s.traced_inputs(), **s.compile_kwargs)
     limit = s.problem.max_kernels
     hidden = rep.custom_ops
     ok = not hidden and (limit is None or rep.total <= limit)

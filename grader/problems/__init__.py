@@ -46,6 +46,10 @@ class Problem:
       timed), not an inference call under ``torch.no_grad()``. The model is built in train mode
       and compiled for the backward pass too; graph breaks and recompiles are checked on the
       model's forward with gradients enabled.
+    - ``driver``: the model is one step of a loop the problem owns (ps6: decoding, a token at a
+      time): the graded call is ``driver(model, *inputs)``, compared and timed through the loop;
+      the graph-break and recompile checks compile the step alone, called with
+      ``step_inputs(device)`` (default: the problem's inputs).
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
       (the worker's snapshot).
@@ -73,6 +77,8 @@ class Problem:
     allowed_config: frozenset = frozenset()
     job_calls: int | None = None
     training: bool = False
+    driver: Callable[..., Any] | None = None
+    step_inputs: Callable[[str], tuple] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)
@@ -95,9 +101,14 @@ class Problem:
         return default_build(entry_object, baseline, device, train=self.training)
 
     def graded_call(self, model: Callable) -> Callable:
-        """What is compared and timed for ``model`` (eager or compiled): a training step, or an
-        inference call without autograd."""
-        return training_step(model) if self.training else no_grad_call(model)
+        """What is compared and timed for ``model`` (eager or compiled): a training step, the
+        problem's loop around a step, or an inference call without autograd."""
+        if self.training:
+            return training_step(model)
+        if self.driver is not None:
+            driver = self.driver
+            return no_grad_call(lambda *inputs: driver(model, *inputs))
+        return no_grad_call(model)
 
     def traced_call(self, model: Callable) -> Callable:
         """What the graph-break and recompile checks compile: the model itself with gradients

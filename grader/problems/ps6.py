@@ -1,0 +1,232 @@
+"""Problem set 6 (capstone): a compiled decode loop with a key/value cache.
+
+``TinyGPT`` (two blocks) generates text one token at a time through a *decode step*,
+``step(tokens, pos) -> logits``: ``tokens`` holds the token at position ``pos`` for every row
+(``int64[MAX_BATCH]``; rows past the real batch are padding), ``pos`` is a 0-d ``int64`` tensor.
+Its own ``forward`` is such a step with no memory but the tokens: at position ``pos`` it
+recomputes every position so far (and ``int(pos)`` stops a compile). The learner writes
+``CachedGPT(TinyGPT)``, a step with a preallocated key/value cache, that compiles as one graph,
+compiles once over every step of generations of batch sizes 1..4 and prompt lengths 8..32, gives
+the same logits, and is faster.
+
+The loop around the step belongs to the grader (:func:`decode`, :func:`generate`): it pads the
+batch to ``MAX_BATCH`` rows and passes the position as a tensor, so one graph serves every batch
+size and position. What is compared and timed is :func:`decode`, *teacher-forced*: it feeds
+given tokens (the prompt, then a continuation) through the step and returns the logits at every
+generated position. Greedy decoding (:func:`generate`) feeds back its own argmax instead: the
+same computation, but one near-tied argmax would change everything after it, so it is shown in
+the notebook and not compared.
+"""
+import math
+
+import torch
+from torch import nn
+
+from ..check import check, evaluate, run_test
+from . import Problem, TestCell
+from ..targets import SpeedTarget
+
+__all__ = ["TinyGPT", "Block", "softmax_last", "decode", "generate", "make_inputs", "example_inputs",
+           "check", "evaluate", "run_test", "torch", "nn", "math", "VOCAB", "DIM", "HEADS", "LAYERS",
+           "MAX_SEQ", "MAX_BATCH", "NEW_TOKENS", "HEAD_DIM", "step_inputs"]
+
+VOCAB, DIM, HEADS, LAYERS = 512, 128, 4, 2
+MAX_SEQ, MAX_BATCH, NEW_TOKENS = 64, 4, 24
+PROMPT_MIN, PROMPT_MAX = 8, 32          # PROMPT_MAX + NEW_TOKENS <= MAX_SEQ
+HEAD_DIM = DIM // HEADS
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(DIM)
+        self.ln2 = nn.LayerNorm(DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM)
+        self.proj = nn.Linear(DIM, DIM)
+        self.fc1 = nn.Linear(DIM, 4 * DIM)
+        self.fc2 = nn.Linear(4 * DIM, DIM)
+
+
+def softmax_last(att):
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))
+    return att / att.sum(dim=-1, keepdim=True)
+
+
+class TinyGPT(nn.Module):
+    """A 2-block decoder. ``logits(idx)`` is the full forward pass. ``forward(tokens, pos)`` is
+    the BASELINE decode step: it keeps the tokens it has seen (``history``) and recomputes the
+    whole sequence at every step -- no cache. Correct, simple, slow; eager only (``int(pos)``)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.pos = nn.Embedding(MAX_SEQ, DIM)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.ln = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB)
+        self.register_buffer("history", torch.zeros(MAX_BATCH, MAX_SEQ, dtype=torch.long),
+                             persistent=False)
+
+    def attention(self, blk, x):
+        B, T, _ = x.shape
+        q, k, v = blk.qkv(blk.ln1(x)).split(DIM, dim=-1)
+        q = q.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
+        k = k.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
+        v = v.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(HEAD_DIM)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+        att = softmax_last(att.masked_fill(mask, float("-inf")))
+        return blk.proj((att @ v).transpose(1, 2).reshape(B, T, DIM))
+
+    def mlp(self, blk, x):
+        h = blk.fc1(blk.ln2(x))
+        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h ** 3)))
+        return blk.fc2(h)
+
+    def logits(self, idx):
+        """Next-token logits after every position: [B, T, VOCAB]."""
+        T = idx.shape[1]
+        x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
+        for blk in self.blocks:
+            x = x + self.attention(blk, x)
+            x = x + self.mlp(blk, x)
+        return self.head(self.ln(x))
+
+    def forward(self, tokens, pos):
+        """One decode step, no cache: logits [B, VOCAB] for the token after position ``pos``."""
+        n = int(pos) + 1
+        self.history[:, n - 1] = tokens
+        return self.logits(self.history[:, :n])[:, -1]
+
+
+def _step_tokens(tokens: torch.Tensor, t: int) -> torch.Tensor:
+    # A copy with stride 1: a column view keeps the row length as its stride, and a one-row
+    # column counts as contiguous already, so `.contiguous()` would not always copy.
+    return tokens[:, t].clone(memory_format=torch.contiguous_format)
+
+
+def decode(step, prompt: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced decoding, the graded call: feed ``prompt`` ([B, P]) and then
+    ``continuation`` ([B, N]) through ``step`` one position at a time, the batch padded to
+    ``MAX_BATCH`` rows and the position passed as a tensor; return the logits predicting each
+    continuation token, ``[B, N, VOCAB]``."""
+    B, P = prompt.shape
+    N = continuation.shape[1]
+    tokens = prompt.new_zeros(MAX_BATCH, P + N)
+    tokens[:B, :P] = prompt
+    tokens[:B, P:] = continuation
+    out = []
+    for t in range(P + N - 1):
+        torch.compiler.cudagraph_mark_step_begin()   # under CUDA graphs: a new step begins
+        logits = step(_step_tokens(tokens, t), torch.tensor(t, device=prompt.device))
+        if t >= P - 1:
+            out.append(logits[:B].clone())           # the next replay reuses the output's memory
+    return torch.stack(out, dim=1)
+
+
+@torch.no_grad()
+def generate(step, prompt: torch.Tensor, new_tokens: int = NEW_TOKENS) -> torch.Tensor:
+    """Greedy generation: the prompt ([B, P]) followed by ``new_tokens`` tokens, each the
+    argmax of the step's logits, fed back as the next step's token."""
+    B, P = prompt.shape
+    tokens = prompt.new_zeros(MAX_BATCH, P + new_tokens)
+    tokens[:B, :P] = prompt
+    for t in range(P + new_tokens - 1):
+        torch.compiler.cudagraph_mark_step_begin()
+        logits = step(_step_tokens(tokens, t), torch.tensor(t, device=prompt.device))
+        if t >= P - 1:
+            tokens[:B, t + 1] = logits[:B].argmax(-1)
+    return tokens[:B]
+
+
+def make_inputs(gen: torch.Generator, device: str = "cpu") -> tuple:
+    """A prompt (batch 1..MAX_BATCH, length PROMPT_MIN..PROMPT_MAX) and a continuation of
+    ``NEW_TOKENS`` tokens, drawn from ``gen``."""
+    B = int(torch.randint(1, MAX_BATCH + 1, (), generator=gen))
+    P = int(torch.randint(PROMPT_MIN, PROMPT_MAX + 1, (), generator=gen))
+    tokens = torch.randint(0, VOCAB, (B, P + NEW_TOKENS), generator=gen)
+    return tokens[:, :P].contiguous().to(device), tokens[:, P:].contiguous().to(device)
+
+
+def example_inputs(seed: int = 0, device: str = "cpu") -> tuple:
+    return make_inputs(torch.Generator().manual_seed(seed), device)
+
+
+def step_inputs(device: str = "cpu") -> tuple:
+    """One step's arguments, as :func:`decode` passes them (for the graph-break checks)."""
+    return (torch.zeros(MAX_BATCH, dtype=torch.long, device=device), torch.tensor(0, device=device))
+
+
+def recompile_inputs(device: str = "cpu") -> list[tuple]:
+    """Every step call of four generations, in order: batch sizes 1, 2, 3, 4 with prompt
+    lengths 8, 16, 24, 32, padded as :func:`decode` pads them."""
+    gen = torch.Generator().manual_seed(11)
+    calls = []
+    for B, P in zip(range(1, MAX_BATCH + 1), (8, 16, 24, 32)):
+        tokens = torch.randint(0, VOCAB, (MAX_BATCH, P + NEW_TOKENS), generator=gen)
+        tokens[B:] = 0
+        calls += [(_step_tokens(tokens, t).to(device), torch.tensor(t, device=device))
+                  for t in range(P + NEW_TOKENS - 1)]
+    return calls
+
+
+MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
+
+
+def _chosen_mode(entry) -> dict:
+    mode = getattr(entry, "compile_mode", "default")
+    if mode not in MODES:
+        raise ValueError(f"compile_mode must be one of {MODES}, got {mode!r}")
+    return {"mode": mode}
+
+
+def build_step(entry, baseline, device):
+    """The learner's step: ``entry()`` with TinyGPT's weights. Caches registered as persistent
+    buffers are not an error (they are not in TinyGPT's weights); a missing or extra weight is."""
+    model = entry()
+    missing, unexpected = model.load_state_dict(baseline.state_dict(), strict=False)
+    params = {name for name, _ in model.named_parameters()}
+    if unexpected or params & set(missing):
+        raise RuntimeError(f"CachedGPT must keep TinyGPT's parameters: missing "
+                           f"{sorted(params & set(missing))}, unexpected {sorted(unexpected)}")
+    return model.to(device).eval()
+
+
+HINTS = {
+    "correctness": "the logits at every generated position must match TinyGPT's: each position "
+                   "attends to itself and every earlier one, and to nothing after it. Compare "
+                   "decode(CachedGPT(), *example_inputs()) with decode(TinyGPT(), ...) in eager "
+                   "mode first, position by position.",
+    "fullgraph": "each break listed above names its line and cause: a shape that depends on "
+                 "`pos`, or `pos` read into Python, cannot be in one graph (chapter 4; chapter 6 "
+                 "on shapes).",
+    "breaks": "every break listed above still splits the graph; run "
+              "grader.breaks.graph_break_report(model, *step_inputs()) after each fix.",
+    "recompiles": "the recompile report above names the guard that failed: something the step "
+                  "depends on changes from step to step as a Python value or a shape "
+                  "(TORCH_LOGS=\"recompiles\" shows it too).",
+    "speed": "a cached step computes one position per layer instead of all of them: check that "
+             "nothing in forward grows with the position except the attention over the cache.",
+}
+
+PROBLEMS = {
+    "ps6.q1": Problem(
+        key="ps6.q1", title="a compiled decode step with a key/value cache", entry="CachedGPT",
+        make_baseline=lambda device: TinyGPT().to(device).eval(), make_inputs=make_inputs,
+        solution_grade_id="ps6-q1-solution", build=build_step,
+        driver=decode, step_inputs=step_inputs,
+        checks=("correctness", "fullgraph", "breaks", "recompiles", "speed"),
+        baseline_compile=None, learner_compile={"fullgraph": True}, compile_options=_chosen_mode,
+        recompile_inputs=recompile_inputs, max_compiles=1,
+        target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
+        budget_s=20.0, hints=HINTS),
+}
+
+# How each autograded test cell of ps6.ipynb earns its points (grade_id -> checks).
+TEST_CELLS = [
+    TestCell("ps6-q1-correctness", 3, requires=(("ps6.q1", "correctness"),)),
+    TestCell("ps6-q1-fullgraph", 2, requires=(("ps6.q1", "fullgraph"), ("ps6.q1", "breaks"))),
+    TestCell("ps6-q1-recompiles", 2, requires=(("ps6.q1", "recompiles"),)),
+    TestCell("ps6-q1-speed", 3, requires=(("ps6.q1", "correctness"),), scored=("ps6.q1", "speed")),
+]
