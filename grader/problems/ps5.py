@@ -112,5 +112,8 @@ TEST_CELLS = [
     TestCell("ps5-q1-correctness", 3, requires=(("ps5.q1", "correctness"),)),
     TestCell("ps5-q1-fullgraph", 2, requires=(("ps5.q1", "fullgraph"), ("ps5.q1", "breaks"))),
     TestCell("ps5-q1-recompiles", 2, requires=(("ps5.q1", "recompiles"),)),
-    TestCell("ps5-q1-speed", 3, requires=(("ps5.q1", "correctness"),), scored=("ps5.q1", "speed")),
+    # Speed is credited to one graph as the grader defines it (a plain fullgraph=True accepts some
+    # breaks on recent torch, e.g. `.item()`, and the timed compile uses it).
+    TestCell("ps5-q1-speed", 3, requires=(("ps5.q1", "correctness"), ("ps5.q1", "fullgraph")),
+             scored=("ps5.q1", "speed")),
 ]

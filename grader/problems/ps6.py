@@ -228,5 +228,8 @@ TEST_CELLS = [
     TestCell("ps6-q1-correctness", 3, requires=(("ps6.q1", "correctness"),)),
     TestCell("ps6-q1-fullgraph", 2, requires=(("ps6.q1", "fullgraph"), ("ps6.q1", "breaks"))),
     TestCell("ps6-q1-recompiles", 2, requires=(("ps6.q1", "recompiles"),)),
-    TestCell("ps6-q1-speed", 3, requires=(("ps6.q1", "correctness"),), scored=("ps6.q1", "speed")),
+    # Speed is credited to one graph as the grader defines it (a plain fullgraph=True accepts some
+    # breaks on recent torch, e.g. `int(pos)`, and the timed compile uses it).
+    TestCell("ps6-q1-speed", 3, requires=(("ps6.q1", "correctness"), ("ps6.q1", "fullgraph")),
+             scored=("ps6.q1", "speed")),
 ]
