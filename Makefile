@@ -97,7 +97,7 @@ ROSTER ?=
 EXECUTOR ?= local
 RAY_ADDRESS ?=
 grade: setup
-	$(PY) -m grader.grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER)) --executor $(EXECUTOR) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS))
+	$(PY) -m grader.cli grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER)) --executor $(EXECUTOR) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS))
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
 gradescope: setup
@@ -105,14 +105,14 @@ gradescope: setup
 	$(PY) -m grader.cli gradescope $(ASSIGNMENT)
 
 bench-grade: setup
-	$(PY) -m grader.bench_grade --out bench-results/bench-grade.md
+	$(PY) -m grader.cli bench-grade --out bench-results/bench-grade.md
 
 bench: setup
-	$(PY) -m grader.bench --out bench-results/bench-cpu.md
+	$(PY) -m grader.cli bench --out bench-results/bench-cpu.md
 
 gpu-check: setup
-	$(PY) -m grader.bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
-	$(PY) -m grader.gpu_check_chapters --size full --out bench-results/gpu-check-chapters.md
+	$(PY) -m grader.cli bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
+	$(PY) -m grader.cli gpu-check-chapters --size full --out bench-results/gpu-check-chapters.md
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) bench-results reports autograded feedback gradebook.db .pytest_cache

@@ -1,7 +1,7 @@
 """Benchmarks: the grader's own cost, the course workloads' speedups, and the timer's stability.
 
-    python -m grader.bench --out bench-results/bench-cpu.md             # make bench
-    python -m grader.bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
+    python -m grader.cli bench --out bench-results/bench-cpu.md             # make bench
+    python -m grader.cli bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
                                                                           # make gpu-check
 (the chapters' own GPU table comes from :mod:`grader.gpu_check_chapters`).
 

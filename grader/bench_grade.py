@@ -2,7 +2,7 @@
 vs later ones, where a submission's seconds go, and throughput with 1 and 2 local workers and
 on a local Ray instance with as many CPUs (``EXECUTOR=ray``: Ray's overhead per task).
 
-    python -m grader.bench_grade --out bench-results/bench-grade.md     # make bench-grade
+    python -m grader.cli bench-grade --out bench-results/bench-grade.md     # make bench-grade
 
 Each run grades a fresh cohort of full solutions (``ada_full`` copies from the demo cohort) in
 its own course folder under ``build/``, through the same pipeline as ``make grade``. Figures

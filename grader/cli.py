@@ -1,11 +1,15 @@
-"""Command line: a thin layer over the Python API, with the same defaults.
+"""Command line: a thin layer over the Python API, with the same defaults. Every Makefile target
+that runs the grader calls one of these verbs; ``VERB --help`` describes each.
 
     python -m grader.cli release [ASSIGNMENT ...]     regenerate release/ from source/
     python -m grader.cli sync-notebooks               write the Colab setup cell into every notebook
     python -m grader.cli check KEY NOTEBOOK           grade one problem of a notebook in a fresh process
-    python -m grader.cli grade [--assignment ps1] ... grade a cohort (what `make grade` runs)
+    python -m grader.cli grade [--assignment ps1] ... grade a cohort (make grade)
     python -m grader.cli canvas [--roster R] [--out O] the gradebook as Canvas imports it
     python -m grader.cli gradescope ASSIGNMENT        the Gradescope autograder zip of a problem set
+    python -m grader.cli bench [--calibrate] ...      grader and workload figures (make bench, gpu-check)
+    python -m grader.cli bench-grade ...              seconds per submission, local and Ray (make bench-grade)
+    python -m grader.cli gpu-check-chapters ...       every chapter at full size on CUDA (make gpu-check)
 """
 from __future__ import annotations
 
@@ -61,6 +65,18 @@ def _gradescope(args) -> int:
                            + (["--torch-pins", args.torch_pins] if args.torch_pins else []))
 
 
+# Verbs whose module has a command line of its own (options, defaults and --help live there):
+# verb -> (module, help).
+DELEGATED = {
+    "grade": ("grader.grade", "grade submitted/ (or the demo cohort) into the gradebook"),
+    "bench": ("grader.bench", "grader and workload figures for this machine; --calibrate writes "
+                              "self-check floors"),
+    "bench-grade": ("grader.bench_grade", "where a submission's seconds go, local workers and Ray"),
+    "gpu-check-chapters": ("grader.gpu_check_chapters", "every chapter at full size on CUDA, "
+                                                        "with the claims it measured"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course-grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,14 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-pins", default=None,
                    help="what the zip's setup.sh installs for torch (default: this environment's)")
     p.set_defaults(func=_gradescope)
-    p = sub.add_parser("grade", help="grade submitted/ (or the demo cohort) into the gradebook; "
-                                     "options as in `python -m grader.grade --help`", add_help=False)
-    p.set_defaults(func=None)
+    for verb, (module, text) in DELEGATED.items():
+        # add_help=False: `VERB --help` reaches the module's own parser, which knows the options.
+        sub.add_parser(verb, help=f"{text} (`{verb} --help` for the options)", add_help=False)
     args, rest = parser.parse_known_args(argv)
-    if args.command == "grade":
-        from .grade import main as grade_main
+    if args.command in DELEGATED:
+        import importlib
 
-        return grade_main(rest)
+        module = importlib.import_module(DELEGATED[args.command][0])
+        sys.argv[0] = f"python -m grader.cli {args.command}"  # the usage line argparse prints
+        return module.main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return args.func(args)

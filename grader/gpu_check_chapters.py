@@ -2,7 +2,7 @@
 
 ``make gpu-check`` calls this on a CUDA box at full size::
 
-    python -m grader.gpu_check_chapters --size full --out bench-results/gpu-check-chapters.md
+    python -m grader.cli gpu-check-chapters --size full --out bench-results/gpu-check-chapters.md
 
 The tests call :func:`execute_chapter` at ``--size ci`` on CPU. Notebooks are executed in memory
 (the committed files stay output-free); ``--keep DIR`` saves the executed copies.

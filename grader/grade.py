@@ -1,7 +1,7 @@
 """Grade a cohort: autograde every submission in isolation, one writer to the gradebook,
 feedback, a grades CSV and a report.
 
-    python -m grader.grade [--assignment ps1] [--workers 2]      # what `make grade` runs
+    python -m grader.cli grade [--assignment ps1] [--workers 2]  # what `make grade` runs
 
 The pipeline is an ordered list of small steps (:data:`STEPS`); the order matters where noted.
 When ``submitted/`` is empty, the bundled demo cohort (:mod:`grader.demo`) is graded in a
@@ -224,7 +224,7 @@ def choose_isolation(run: Run) -> None:
                 f"make grade: stopped before grading anyone: the sandbox for learner code cannot "
                 f"run here: {exc}.\nFix that, or grade without a sandbox (learner code can then "
                 f"read this machine's files, such as source/ and the gradebook, and print them "
-                f"into its feedback): make grade SANDBOX=off  (python -m grader.grade --sandbox off)"
+                f"into its feedback): make grade SANDBOX=off  (python -m grader.cli grade --sandbox off)"
                 + (f"\n{SANDBOX_SETUP_HINT}" if shutil.which("bwrap") is None else ""))
         run.isolation = sandbox.Isolation("none", str(exc))
     run.log(f"isolation of learner code: {run.isolation.describe()}")

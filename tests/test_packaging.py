@@ -52,8 +52,27 @@ def test_ci_runs_make_test():
 def test_cli_help_lists_the_workflow_verbs():
     out = subprocess.run([sys.executable, "-m", "grader.cli", "--help"], capture_output=True,
                          text=True, check=True).stdout
-    for verb in ("release", "sync-notebooks", "check", "grade"):
+    for verb in ("release", "sync-notebooks", "check", "grade", "canvas", "gradescope", "bench",
+                 "bench-grade", "gpu-check-chapters"):
         assert verb in out
+
+
+def test_every_makefile_target_runs_the_grader_through_one_cli_with_help_for_each_verb():
+    """One entry point: a recipe that runs grader code calls `python -m grader.cli VERB`, and
+    `VERB --help` describes that verb's options (its usage line names the verb)."""
+    from grader import cli
+
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    calls = re.findall(r"\$\(PY\) -m (grader[\w.]*)(?: ([\w-]+))?", makefile)
+    assert calls, "no grader command in the Makefile"
+    assert {module for module, _ in calls} == {"grader.cli"}, calls
+    verbs = {verb for _, verb in calls}
+    assert {"release", "grade", "gradescope", "bench", "bench-grade", "gpu-check-chapters"} <= verbs
+    for verb in sorted(verbs | set(cli.DELEGATED)):
+        out = subprocess.run([sys.executable, "-m", "grader.cli", verb, "--help"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, (verb, out.stderr[-2000:])
+        assert f"grader.cli {verb}" in out.stdout or f" {verb} " in out.stdout, (verb, out.stdout)
 
 
 def test_venv_and_student_data_are_ignored_by_git():
@@ -100,3 +119,23 @@ def test_the_published_package_carries_no_answers():
                                  if k.__module__.startswith("grader."))
     leaked = sorted(ln for ln in lines if ln in package and ln not in given)
     assert leaked == [], leaked
+
+
+def test_the_package_docstring_examples_run():
+    """grader/__init__.py's examples: the in-process imports work, and the problem-set import
+    gives the `check` the example calls (running it is the problem-set tests' job)."""
+    import textwrap
+
+    import grader
+    import grader.check
+
+    blocks = re.findall(r"::\n\n((?:    .*\n)+)", grader.__doc__)
+    assert len(blocks) == 2, grader.__doc__
+    namespace: dict = {}
+    exec(textwrap.dedent(blocks[0]), namespace)
+    for name in ("graph_break_report", "fullgraph_check", "recompile_check", "fusion_report",
+                 "check_outputs", "compare", "judge_speed", "SpeedTarget"):
+        assert callable(namespace[name]), name
+    setup, call = textwrap.dedent(blocks[1]).strip().splitlines()
+    exec(setup, namespace)
+    assert namespace["check"] is grader.check.check and call.startswith("check(")
