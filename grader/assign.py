@@ -21,7 +21,9 @@ from typing import Iterable
 COURSE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _env() -> dict:
+def nbgrader_env() -> dict:
+    """The environment nbgrader runs in: this interpreter's ``bin/`` first on PATH (nbgrader
+    shells out to ``alembic``), and no ``COURSE_ROOT`` (each nbgrader run names its course)."""
     env = dict(os.environ)
     bin_dir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
@@ -39,9 +41,11 @@ def assignments(course_root: str = COURSE_ROOT) -> list[str]:
 
 
 def nbgrader(*args: str, cwd: str = COURSE_ROOT, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``nbgrader ARGS`` with this interpreter's ``bin/`` on PATH, in ``cwd``."""
+    """Run ``nbgrader ARGS`` in the course folder ``cwd`` (:func:`nbgrader_env`); with ``check``,
+    a failure raises with nbgrader's output. The one wrapper of nbgrader's command line (the
+    sandboxed autograde of :mod:`grader.grade` starts it through :func:`grader.sandbox.run`)."""
     cmd = [sys.executable, "-m", "nbgrader", *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed (exit {proc.returncode}):\n"
                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

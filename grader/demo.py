@@ -96,7 +96,7 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
     benchmark uses several copies of ``ada_full``)."""
     import nbformat
 
-    from .grade import _nbgrader
+    from .assign import nbgrader
 
     demo = folder or os.path.join(course, "build", "demo-course")
     os.makedirs(demo, exist_ok=True)
@@ -106,7 +106,7 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
         dst = os.path.join(demo, "source", assignment)
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
-        _nbgrader(demo, "generate_assignment", assignment, "--force")
+        nbgrader("generate_assignment", assignment, "--force", cwd=demo)
         name = next(n for n in sorted(os.listdir(src)) if n.endswith(".ipynb"))
         source_nb = nbformat.read(os.path.join(src, name), as_version=4)
         release_nb = nbformat.read(os.path.join(demo, "release", assignment, name), as_version=4)

@@ -31,13 +31,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 
-from . import sandbox
+from . import assign, sandbox
 from .kernel import kernel_settings
 
 MARKER = ".graded.json"
@@ -111,21 +110,6 @@ class Run:
         print(text, flush=True)
 
 
-def _venv_env() -> dict:
-    env = dict(os.environ)
-    bin_dir = os.path.dirname(sys.executable)
-    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")  # nbgrader shells out to alembic
-    return env
-
-
-def _nbgrader(course: str, *args: str, check: bool = True):
-    cmd = [sys.executable, "-m", "nbgrader", *args]
-    proc = subprocess.run(cmd, cwd=course, env=_venv_env(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
 # ---------------------------------------------------------------------------------------------
 # Steps
 
@@ -176,7 +160,7 @@ def _zip_collect(run: Run, assignment: str) -> None:
     if not any(files for _, _, files in os.walk(archive)):
         run.log(f"{where}/archive/ is empty: no LMS downloads to collect for {assignment}")
         return
-    proc = _nbgrader(run.course, "zip_collect", assignment, "--force")
+    proc = assign.nbgrader("zip_collect", assignment, "--force", cwd=run.course)
     output = proc.stdout + proc.stderr
     skipped = "Skipped submission with no match information provided: "  # the regexp's misses
     unmatched = [line.split(skipped, 1)[1].strip() for line in output.splitlines() if skipped in line]
@@ -252,7 +236,7 @@ def prepare_gradebook(run: Run) -> None:
             if problems:
                 raise SystemExit("make grade: stopped: " + "; ".join(problems))
     for assignment in sorted({s.assignment for s in run.submissions}):
-        _nbgrader(run.course, "generate_assignment", assignment, "--force")
+        assign.nbgrader("generate_assignment", assignment, "--force", cwd=run.course)
     with Gradebook(_db_url(run.course)) as gb:
         for student in sorted({s.student for s in run.submissions}):
             gb.update_or_create_student(student)
@@ -478,7 +462,7 @@ def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
             os.chmod(root, 0o755)
         if run.isolation.sandboxed and sandbox.switches_user():
             uid = sandbox.take_uid()
-        env = _venv_env()
+        env = assign.nbgrader_env()
         env.update(HOME=os.path.join(tmp, "home"), TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1",
                    MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1", JUPYTER_RUNTIME_DIR=tmp,
                    COURSE_PIPELINE_FILE=pipeline_file,
@@ -486,7 +470,7 @@ def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
                        isolation=run.isolation, uid=uid,
                        runtime_dir=os.path.join(tmp, "kernel-runtime"), workdir=workdir,
                        results=display_file, memory_bytes=run.memory_bytes))
-        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_PATH", "COURSE_ROOT"):
+        for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_PATH"):
             env.pop(name, None)
         os.makedirs(env["HOME"])
         left = max(60.0, run.timeout_s - (time.monotonic() - t0))
@@ -615,7 +599,7 @@ def generate_feedback(run: Run) -> None:
     """Feedback HTML per graded submission (nbgrader), and a page with the reason for the rest.
     Runs no learner code."""
     for assignment in sorted({s.assignment for s in run.submissions}):
-        _nbgrader(run.course, "generate_feedback", assignment, "--force", check=False)
+        assign.nbgrader("generate_feedback", assignment, "--force", cwd=run.course, check=False)
     for o in run.outcomes:
         if o.status == "failed" or (o.status == "skipped" and o.reason):
             folder = os.path.join(run.course, "feedback", o.submission.student, o.submission.assignment)
@@ -633,7 +617,7 @@ def export_grades(run: Run) -> None:
     run.report_dir = os.path.join(run.course, "reports")
     os.makedirs(run.report_dir, exist_ok=True)
     run.csv_path = os.path.join(run.report_dir, "grades.csv")
-    _nbgrader(run.course, "export", f"--CsvExportPlugin.to={run.csv_path}")
+    assign.nbgrader("export", f"--CsvExportPlugin.to={run.csv_path}", cwd=run.course)
 
 
 def export_canvas(run: Run) -> None:
