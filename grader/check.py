@@ -26,20 +26,12 @@ import os
 from typing import Iterable
 
 from .problems import Problem, TestCell, get_problem, test_cells
+from .results import CHECK_TITLES, PROCESS_FAILURES, Status
 from .source import Cell, cells_defining, solution_cells
 
 PIPELINE_RESULTS_ENV = "COURSE_PIPELINE_RESULTS"
 _RESULTS: dict[str, "Evaluation"] = {}
 
-CHECK_TITLES = {
-    "correctness": "outputs match the original",
-    "fullgraph": "compiles with fullgraph=True",
-    "breaks": "no graph breaks",
-    "recompiles": "no recompiles",
-    "fusion": "kernel count",
-    "speed": "speedup target",
-    "job": "total time for the job (compile + calls)",
-}
 
 
 class CheckFailed(AssertionError):
@@ -56,7 +48,7 @@ class Evaluation:
 
     @property
     def status(self) -> str:
-        return self.result.get("status", "grader_error")
+        return self.result.get("status", Status.GRADER_ERROR)
 
     @property
     def with_reference(self) -> bool:
@@ -64,7 +56,7 @@ class Evaluation:
         return any(bool(checks.get(name, {}).get("with_reference")) for name in ("speed", "job"))
 
     def outcome(self, name: str) -> dict:
-        if self.status != "ok":
+        if self.status != Status.OK:
             return {"ok": False, "message": self.result.get("message", self.status)}
         return self.result["checks"].get(name, {"ok": False, "message": f"{name} was not checked"})
 
@@ -79,7 +71,7 @@ class Evaluation:
         out = self.outcome(name)
         text = out.get("message", "")
         hint = self.problem.hints.get(name)
-        if not out.get("ok") and hint and out.get("verdict") != "inconclusive" and self.status == "ok":
+        if not out.get("ok") and hint and out.get("verdict") != "inconclusive" and self.status == Status.OK:
             text += f"\nhint: {hint}"
         return text
 
@@ -110,13 +102,13 @@ class Evaluation:
             self.message(name))
 
     def __str__(self) -> str:
-        if self.status != "ok":
+        if self.status != Status.OK:
             return f"[FAIL] {self.problem.key}: {self.result.get('message', self.status)}"
         return "\n".join(self.line(name) for name in self.result["checks"])
 
     def summary(self) -> str:
         """One line: each check's verdict."""
-        if self.status != "ok":
+        if self.status != Status.OK:
             return f"{self.problem.key}: {self.status}"
         return f"{self.problem.key}: " + ", ".join(
             f"{name} {self.verdict(name)}" for name in self.result["checks"])
@@ -164,7 +156,7 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
     lines, failure, shown = [], "", set()
     for key, name in cell.checks:
         ev = evaluations[key]
-        if ev.status != "ok":
+        if ev.status != Status.OK:
             if key not in shown:
                 shown.add(key)
                 lines.append(str(ev))
@@ -239,7 +231,7 @@ def _pipeline_results() -> dict | None:
 
 def _from_pipeline(problem: Problem, results: dict) -> Evaluation:
     result = results.get("problems", {}).get(problem.key) or {
-        "status": "grader_error", "message": "the grading pipeline has no result for this problem"}
+        "status": Status.GRADER_ERROR, "message": "the grading pipeline has no result for this problem"}
     return Evaluation(problem, result)
 
 
@@ -272,7 +264,7 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     checks = list(checks) if checks is not None else None
     refusals = static_check.check_cells(learner, problem.allowed_config)
     if refusals:
-        return Evaluation(problem, {"status": "refused", "problem": key,
+        return Evaluation(problem, {"status": Status.REFUSED, "problem": key,
                                     "message": static_check.describe(refusals)})
     timed = any(c in problem.checks and (checks is None or c in checks) for c in ("speed", "job"))
     ref = reference_cells(problem, course_root) if reference == "auto" and timed else None
@@ -292,12 +284,12 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
         spec["prepared"] = prepared
     raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
                              sandbox_mode=sandbox, isolation=isolation)
-    result = raw if raw.get("status") in ("timeout", "crashed", "rejected") else verify.verify(
+    result = raw if raw.get("status") in PROCESS_FAILURES else verify.verify(
         problem, raw, checks=checks, with_reference=ref is not None,
         device_class=device_class(device))
     result["sandbox"] = raw.get("sandbox")
     evaluation = Evaluation(problem, result)
-    if cache and result.get("status") in ("ok", "learner_error", "tampered", "refused"):
+    if cache and result.get("status") not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
 
@@ -325,7 +317,7 @@ def prepare(key: str, *, course_root: str | None = None, device: str | None = No
     raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
                              sandbox_mode=sandbox, isolation=isolation)
     first = raw.get("reference_first_s")
-    if raw.get("status") != "ok" or not isinstance(raw.get("cache"), str) \
+    if raw.get("status") != Status.OK or not isinstance(raw.get("cache"), str) \
             or not isinstance(first, (int, float)) or isinstance(first, bool) or not first >= 0:
         return None
     return {"cache": raw["cache"], "reference_first_s": float(first)}
@@ -351,11 +343,11 @@ def check(key: str, *objects, **options) -> Evaluation:
     """Self-check: evaluate and print every verdict with its hint. Returns the evaluation."""
     evaluation = evaluate(key, *objects, **options)
     print(evaluation)
-    if evaluation.status == "ok" and "job" in evaluation.result["checks"] \
+    if evaluation.status == Status.OK and "job" in evaluation.result["checks"] \
             and not evaluation.with_reference:
         print("(self-check: the job's total time is compared with eager only; the final grade "
               "also compares it with the reference's choice, in the same run)")
-    if evaluation.status == "ok" and "speed" in evaluation.result["checks"]:
+    if evaluation.status == Status.OK and "speed" in evaluation.result["checks"]:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")
         else:

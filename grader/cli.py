@@ -37,13 +37,14 @@ def _sync(args) -> int:
 def _check(args) -> int:
     from .check import evaluate
     from .problems import get_problem
+    from .results import Status
     from .source import solution_cells
 
     problem = get_problem(args.key)
     cells = solution_cells(args.notebook, [problem.solution_grade_id])
     evaluation = evaluate(args.key, cells=cells, reference="off" if args.no_reference else "auto")
     print(evaluation)
-    return 0 if evaluation.status == "ok" else 1
+    return 0 if evaluation.status == Status.OK else 1
 
 
 def _canvas(args) -> int:

@@ -17,6 +17,7 @@ import signal
 import time
 
 from . import sandbox
+from .results import Status
 from .verify import Rejected, authenticate
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -81,18 +82,18 @@ def run_worker(spec: dict, *, timeout_s: float = DEFAULT_TIMEOUT_S,
             shutil.rmtree(home, ignore_errors=True)
     tail = _tail(finished.output)
     if finished.timed_out:
-        return {"status": "timeout", "message": f"your code did not finish within "
+        return {"status": Status.TIMEOUT, "message": f"your code did not finish within "
                 f"{timeout_s:.0f} s (an endless loop, or far too slow); it was stopped",
                 "output_tail": tail, "sandbox": isolation.mode}
     if not finished.channel:
         reason = _exit_reason(finished.returncode, finished.output)
-        return {"status": "crashed", "returncode": finished.returncode,
+        return {"status": Status.CRASHED, "returncode": finished.returncode,
                 "message": f"the grading process died before it could report ({reason})",
                 "output_tail": tail, "sandbox": isolation.mode}
     try:
         result = authenticate(finished.channel, key)
     except Rejected as exc:
-        return {"status": "rejected", "output_tail": tail, "sandbox": isolation.mode,
+        return {"status": Status.REJECTED, "output_tail": tail, "sandbox": isolation.mode,
                 "message": f"the grader could not trust this result, so nothing was credited: {exc}"}
     result["output_tail"] = tail
     result["sandbox"] = isolation.mode

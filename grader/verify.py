@@ -16,10 +16,8 @@ import math
 
 from . import targets
 from .problems import Problem
+from .results import WORKER_STATUSES, Status
 
-# What a worker may report; the parent adds 'refused', 'timeout', 'crashed', 'rejected'.
-WORKER_STATUSES = ("ok", "learner_error", "tampered", "refused", "grader_error")
-REJECTED = "rejected"
 
 
 class Rejected(ValueError):
@@ -157,7 +155,7 @@ def verify(problem: Problem, result: dict, *, checks: list[str] | None, with_ref
         status = result.get("status")
         _require(status in WORKER_STATUSES, f"unknown status {status!r}")
         _require(isinstance(result.get("message", ""), str), "the message is not text")
-        if status != "ok":
+        if status != Status.OK:
             return {"status": status, "message": result.get("message", status),
                     "problem": problem.key}
         _require(result.get("problem") == problem.key, "the result is for another problem")
@@ -185,5 +183,5 @@ def verify(problem: Problem, result: dict, *, checks: list[str] | None, with_ref
 
 
 def rejected(problem: Problem, why: str) -> dict:
-    return {"status": REJECTED, "problem": problem.key,
+    return {"status": Status.REJECTED, "problem": problem.key,
             "message": f"the grader could not trust this result, so nothing was credited: {why}"}

@@ -55,7 +55,8 @@ import torch
 from . import _torch_internals as ti
 from . import breaks, correctness, fusion, recompiles, static_check, targets, timing
 from . import check as _check_api  # noqa: F401  (imported so that the snapshot covers it too)
-from .problems import CHECKS, NO_COMPILE, Problem, get_problem, seeded_generator
+from .problems import NO_COMPILE, Problem, get_problem, seeded_generator
+from .results import CHECKS, Status
 from .sandbox import pack_folder, unpack_folder
 from .source import Cell, strip_magics
 
@@ -401,7 +402,7 @@ def check_job(s: Session) -> dict:
     return out
 
 
-# The order is fixed (and is the order of grader.problems.CHECKS): speed and job last, because
+# The order is fixed (and is the order of grader.results.REGISTRY): speed and job last, because
 # they are only measured for correct outputs.
 CHECK_FUNCTIONS = {"correctness": check_correctness, "fullgraph": check_fullgraph,
                    "breaks": check_breaks, "recompiles": check_recompiles,
@@ -519,7 +520,7 @@ def prepare_reference(spec: dict, phases: dict | None = None) -> dict:
         torch.set_num_threads(1)  # as in run_checks: the same compiled code
     checks = [c for c in problem.checks if c in spec.get("checks", problem.checks)]
     session = _prepare(spec, problem, device, checks, keep_cache=True, phases=phases)
-    return {"status": "ok", "problem": problem.key, "device": device,
+    return {"status": Status.OK, "problem": problem.key, "device": device,
             "device_class": targets.device_class(device),
             "reference_first_s": session.reference_first_s, "cache": _pack(REFERENCE_CACHE)}
 
@@ -543,7 +544,7 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
         # One thread per timed CPU measurement: far steadier ratios (docs/design.md).
         torch.set_num_threads(1)
     checks = [c for c in problem.checks if c in spec.get("checks", problem.checks)]
-    result: dict = {"status": "ok", "problem": problem.key, "device": device,
+    result: dict = {"status": Status.OK, "problem": problem.key, "device": device,
                     "device_class": targets.device_class(device), "checks": {}}
     session = _prepare(spec, problem, device, checks, phases=phases)
     mark[0] = time.monotonic()
@@ -554,7 +555,7 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
     refusals = static_check.check_cells(learner_cells, problem.allowed_config) \
         if spec.get("static_check", True) else []
     if refusals:
-        result.update(status="refused", message=static_check.describe(refusals))
+        result.update(status=Status.REFUSED, message=static_check.describe(refusals))
         return result
     allowed = frozenset(problem.allowed_config)
     ti.install_dynamo_hooks()
@@ -565,12 +566,12 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
             exec_cells(learner_cells, namespace)
         except BaseException as exc:  # SystemExit too: a learner's exit() is their error, not ours
             guard.check()
-            result.update(status="learner_error",
+            result.update(status=Status.LEARNER_ERROR,
                           message=f"your code raised while it was being loaded: {_learner_traceback(exc)}")
             return result
         guard.check()
         if problem.entry not in namespace:
-            result.update(status="learner_error",
+            result.update(status=Status.LEARNER_ERROR,
                           message=f"your solution must define `{problem.entry}`")
             return result
         entry = namespace[problem.entry]
@@ -579,7 +580,7 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
             session.compile_kwargs = problem.compile_kwargs(entry)
         except Exception as exc:
             guard.check()
-            result.update(status="learner_error",
+            result.update(status=Status.LEARNER_ERROR,
                           message=f"could not build `{problem.entry}`: {_learner_traceback(exc)}")
             return result
         guard.check()
@@ -593,7 +594,7 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
                     guard.check()
                     lap(f"check {name}")
     except Tampered as exc:
-        result.update(status="tampered", checks={},
+        result.update(status=Status.TAMPERED, checks={},
                       message=f"your code replaced or hooked functions the grader relies on "
                               f"({exc}); nothing was credited")
         return result
@@ -628,7 +629,7 @@ def main() -> int:
     try:
         result = prepare_reference(spec, phases) if spec.get("prepare") else run_checks(spec, phases)
     except BaseException as exc:
-        result = {"status": "grader_error", "message": f"{type(exc).__name__}: {exc}",
+        result = {"status": Status.GRADER_ERROR, "message": f"{type(exc).__name__}: {exc}",
                   "traceback": traceback.format_exc()}
     result["phases"] = phases
     report(result)

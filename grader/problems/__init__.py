@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import torch
 
+from ..results import CHECKS
 from ..targets import SpeedTarget
 
-CHECKS = ("correctness", "fullgraph", "breaks", "recompiles", "fusion", "speed", "job")
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"
 
