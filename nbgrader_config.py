@@ -16,8 +16,8 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata,  # noqa: E402
                                     IgnorePattern, LimitOutput, SaveAutoGrades)
 
-from grader.apply_scores import ApplyPipelineScores  # noqa: E402
-from grader.robust_execute import RobustExecute  # noqa: E402
+from grader.cohort.apply_scores import ApplyPipelineScores  # noqa: E402
+from grader.cohort.robust_execute import RobustExecute  # noqa: E402
 
 c.Autograde.autograde_preprocessors = [
     RobustExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,

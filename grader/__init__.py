@@ -10,9 +10,17 @@ Checking a solution to a problem set in a fresh process (what a problem set's se
 runs; ``FixedModel`` is the learner's class)::
 
     from grader.problems.ps1 import *
+    from grader.check import check
     check("ps1.q1", FixedModel)
 
-The names below are imported on first use, so that ``import grader.sandbox`` (which the
+The package is split by role (docs/design.md): ``checks/`` (in-process checks), ``problems/``,
+``isolation/`` (one problem in a fresh sandboxed process), ``cohort/`` (grading around nbgrader),
+``course/`` (chapter helpers), ``tools/`` (benchmarks) and ``cli``; imports point one way,
+checks <- problems <- isolation <- cohort, and course -> checks. ``grader.check``,
+``grader.chapters``, ``grader.breaks``, ``grader.recompiles``, ``grader.timing``,
+``grader.fusion`` and ``grader.colab`` are the names notebooks import (aliases of their modules).
+
+The names below are imported on first use, so that ``import grader.isolation.sandbox`` (which the
 sandbox probe runs) does not import torch.
 """
 import importlib
@@ -31,7 +39,7 @@ __all__ = sorted(_WHERE)
 
 def __getattr__(name: str):
     if name in _WHERE:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        value = getattr(importlib.import_module(f".checks.{_WHERE[name]}", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'grader' has no attribute {name!r}")

@@ -19,14 +19,14 @@ import sys
 
 
 def _release(args) -> int:
-    from .assign import release
+    from grader.cohort.assign import release
 
     release(args.assignments or None)
     return 0
 
 
 def _sync(args) -> int:
-    from .notebooks import sync_setup_cells
+    from grader.course.notebooks import sync_setup_cells
 
     changed = sync_setup_cells(check_only=args.check)
     for path in changed:
@@ -35,10 +35,10 @@ def _sync(args) -> int:
 
 
 def _check(args) -> int:
-    from .check import evaluate
-    from .problems import get_problem
-    from .results import Status
-    from .source import solution_cells
+    from grader.isolation.check import evaluate
+    from grader.problems import get_problem
+    from grader.checks.results import Status
+    from grader.isolation.source import solution_cells
 
     problem = get_problem(args.key)
     cells = solution_cells(args.notebook, [problem.solution_grade_id])
@@ -48,7 +48,7 @@ def _check(args) -> int:
 
 
 def _canvas(args) -> int:
-    from .export import write_canvas_csv
+    from grader.cohort.export import write_canvas_csv
 
     export = write_canvas_csv(args.course, args.out or os.path.join(args.course, "reports", "canvas.csv"),
                               roster=args.roster)
@@ -59,7 +59,7 @@ def _canvas(args) -> int:
 
 
 def _gradescope(args) -> int:
-    from .gradescope import main as gradescope_main
+    from grader.cohort.gradescope import main as gradescope_main
 
     return gradescope_main(["build", args.assignment]
                            + (["--out", args.out] if args.out else [])
@@ -69,11 +69,11 @@ def _gradescope(args) -> int:
 # Verbs whose module has a command line of its own (options, defaults and --help live there):
 # verb -> (module, help).
 DELEGATED = {
-    "grade": ("grader.grade", "grade submitted/ (or the demo cohort) into the gradebook"),
-    "bench": ("grader.bench", "grader and workload figures for this machine; --calibrate writes "
+    "grade": ("grader.cohort.grade", "grade submitted/ (or the demo cohort) into the gradebook"),
+    "bench": ("grader.tools.bench", "grader and workload figures for this machine; --calibrate writes "
                               "self-check floors"),
-    "bench-grade": ("grader.bench_grade", "where a submission's seconds go, local workers and Ray"),
-    "gpu-check-chapters": ("grader.gpu_check_chapters", "every chapter at full size on CUDA, "
+    "bench-grade": ("grader.tools.bench_grade", "where a submission's seconds go, local workers and Ray"),
+    "gpu-check-chapters": ("grader.tools.gpu_check_chapters", "every chapter at full size on CUDA, "
                                                         "with the claims it measured"),
 }
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("release", help="regenerate release/ from source/ (nbgrader generate_assignment)")
     p.add_argument("assignments", nargs="*", help="assignment names (default: every folder in source/)")
     p.set_defaults(func=_release)
-    p = sub.add_parser("sync-notebooks", help="write grader.colab.INSTALL_CELL into every notebook")
+    p = sub.add_parser("sync-notebooks", help="write grader.course.colab.INSTALL_CELL into every notebook")
     p.add_argument("--check", action="store_true", help="only report notebooks that are out of date")
     p.set_defaults(func=_sync)
     p = sub.add_parser("check", help="grade one problem of a notebook in a fresh process")

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from grader.timing import Clock
+from grader.checks.timing import Clock
 
 # ``tests/models.py`` is imported as ``models`` by the test files.
 sys.path.insert(0, os.path.dirname(__file__))

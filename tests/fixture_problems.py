@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from grader.problems import Problem
-from grader.targets import SpeedTarget
+from grader.checks.targets import SpeedTarget
 
 __all__ = ["Original", "torch", "nn"]
 

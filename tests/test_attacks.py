@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 from grader import demo
-from grader.grade import DISAGREEMENTS_FILE, grade
+from grader.cohort.grade import DISAGREEMENTS_FILE, grade
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = "ps2"
@@ -32,7 +32,7 @@ REFERENCE_LINE = "xs = x.view(rows, self.groups, d // self.groups)"
 
 # Attacks inside the solution cell: the pipeline reads these cells, so the static check meets them.
 SOLUTION_ATTACKS = {
-    "patch_evaluation": PASS_CLASS + "from grader.check import Evaluation\n"
+    "patch_evaluation": PASS_CLASS + "from grader.isolation.check import Evaluation\n"
                                      "Evaluation.require = lambda self, name: None\n"
                                      "Evaluation.points = lambda self, name, p, c=1.0: float(p)\n",
     "forge_worker_result": PASS_CLASS + (
@@ -45,8 +45,8 @@ SOLUTION_ATTACKS = {
         "os._exit(0)\n"),
     "patch_json_dump": PASS_CLASS + "import json\n_dump = json.dumps\n"
                                     "json.dumps = lambda o, **k: _dump({**o, 'status': 'ok'}, **k)\n",
-    "patch_grader_class": PASS_CLASS + "import grader.targets\n"
-                                       "grader.targets.SpeedTarget.fraction_of_reference = 0.0\n",
+    "patch_grader_class": PASS_CLASS + "import grader.checks.targets\n"
+                                       "grader.checks.targets.SpeedTarget.fraction_of_reference = 0.0\n",
     "flip_dynamo_config": PASS_CLASS + "torch._dynamo.config.suppress_errors = True\n",
     "read_source_in_worker": PASS_CLASS.replace(
         "    pass\n", "    def forward(self, x):\n        raise ValueError(open('/etc/hostname').read())\n"),
@@ -58,7 +58,7 @@ KERNEL_ATTACKS = {
                                "    print('[PASS] everything')\n"
                                "    return 3.0 if grade_id.endswith('speed') else None\n"),
     "patch_cell_scores": (PASS_CLASS, (
-        "import grader.check as gc\n"
+        "import grader.isolation.check as gc\n"
         "gc.CellScore.from_dict = classmethod(lambda cls, d: cls(d['grade_id'], d['max_points'], "
         "d['max_points'], d['partial'], '[PASS] all good'))\n")),
     "snoop": (BLANK, None),      # filled in below: it needs the course's paths

@@ -1,4 +1,4 @@
-"""grader.breaks: graph_break_report, fullgraph_check, classify.
+"""grader.checks.breaks: graph_break_report, fullgraph_check, classify.
 
 Structure only (graph counts, causes, learner lines), in the style of torch/_dynamo/testing.py.
 """
@@ -12,7 +12,7 @@ import torch
 import models
 from grader import _torch_internals as ti
 from grader import breaks
-from grader.breaks import classify, fullgraph_check, graph_break_report
+from grader.checks.breaks import classify, fullgraph_check, graph_break_report
 
 CASE_IDS = [cause for _, _, cause in models.BREAK_CASES]
 

@@ -14,8 +14,8 @@ import zipfile
 
 import pytest
 
-from grader.export import IDENTITY_COLUMNS, canvas_name_slug, read_roster, write_canvas_csv
-from grader.grade import Run, export_canvas, find_submissions
+from grader.cohort.export import IDENTITY_COLUMNS, canvas_name_slug, read_roster, write_canvas_csv
+from grader.cohort.grade import Run, export_canvas, find_submissions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSIGNMENT = "ps2"
@@ -182,7 +182,7 @@ def test_a_file_that_is_not_a_canvas_export_is_refused_as_a_roster(tmp_path):
 
 
 def test_make_grade_reads_canvas_roster_csv_in_the_course_folder_as_the_demo_does(tmp_path):
-    from grader.demo import write_demo_roster
+    from grader.cohort.demo import write_demo_roster
 
     folder = _course(tmp_path)
     shutil.rmtree(os.path.join(folder, "downloads"))

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from grader import chapters
-from grader.gpu_check_chapters import chapter_paths, execute_chapter, run_all
+from grader.tools.gpu_check_chapters import chapter_paths, execute_chapter, run_all
 
 SIZE = os.environ.get("COURSE_SIZE", "ci")
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "artifacts")

@@ -19,7 +19,7 @@ How the clean runtime is built (fast and honest):
 * The notebooks are driven by nbclient from the test process, but their kernel is the new venv's
   Python, started from a kernelspec made for the test, with a scrubbed environment (no
   ``PYTHONPATH``, no course venv on ``PATH``, no user site-packages, a fresh Inductor cache).
-* ``COURSE_PIP_SOURCE`` points the notebooks' first cell (:data:`grader.colab.INSTALL_CELL`) at a
+* ``COURSE_PIP_SOURCE`` points the notebooks' first cell (:data:`grader.course.colab.INSTALL_CELL`) at a
   copy of this checkout's files (those git tracks or would track), so ``pip install`` builds and
   installs the course package from a path, as Colab does from the repository's URL. The package's
   base dependencies are only torch, torchvision and matplotlib: the test asserts that the install

@@ -1,10 +1,10 @@
-"""grader.correctness: check_outputs and compare_output on fresh, seeded inputs."""
+"""grader.checks.correctness: check_outputs and compare_output on fresh, seeded inputs."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from grader.correctness import CorrectnessReport, check_outputs, compare_output, fresh_seeds
+from grader.checks.correctness import CorrectnessReport, check_outputs, compare_output, fresh_seeds
 
 
 def make_inputs(seed: int):

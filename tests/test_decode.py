@@ -12,10 +12,10 @@ import runpy
 import pytest
 import torch
 
-from grader.check import evaluate
+from grader.isolation.check import evaluate
 from grader.problems import get_problem
 from grader.problems import ps6
-from grader.source import Cell, solution_cells
+from grader.isolation.source import Cell, solution_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]["ps6"]

@@ -1,4 +1,4 @@
-"""grader.fusion: kernel counts from Inductor, not fooled by the FX graph cache.
+"""grader.checks.fusion: kernel counts from Inductor, not fooled by the FX graph cache.
 
 Cold C++ compiles cost ~7-20 s each on the 2-core box: this file compiles five times.
 """
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from grader.fusion import FusionReport, fusion_report
+from grader.checks.fusion import FusionReport, fusion_report
 
 
 def pointwise_chain(x):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from grader import assign, demo
-from grader.grade import MARKER, grade, exit_status
+from grader.cohort.grade import MARKER, grade, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSIGNMENT = "ps2"
@@ -87,7 +87,7 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path):
     cohort = {"a_blank": "cy_blank", "b_crash": "fay_crash", "c_corrupt": "hal_corrupt",
               "d_full": "ada_full"}
     demo.build_demo_course(ROOT, [ASSIGNMENT], folder=folder, cohort=cohort)
-    proc = subprocess.Popen([sys.executable, "-m", "grader.grade", "--course", folder,
+    proc = subprocess.Popen([sys.executable, "-m", "grader.cohort.grade", "--course", folder,
                              "--assignment", ASSIGNMENT, "--workers", "1"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -14,7 +14,7 @@ import zipfile
 import pytest
 
 from grader import sandbox
-from grader.gradescope import build_autograder, cell_info, find_submission_notebook
+from grader.cohort.gradescope import build_autograder, cell_info, find_submission_notebook
 from grader.problems import test_cells as declared_test_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +64,7 @@ def _full_solution() -> str:
     """ps2 as a learner would submit it, every solution cell filled with the reference's."""
     import nbformat
 
-    from grader.demo import personas_for
+    from grader.cohort.demo import personas_for
 
     source = nbformat.read(os.path.join(ROOT, "source", ASSIGNMENT, f"{ASSIGNMENT}.ipynb"), 4)
     release = nbformat.read(os.path.join(ROOT, "release", ASSIGNMENT, f"{ASSIGNMENT}.ipynb"), 4)
@@ -112,7 +112,7 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
     assert setup.startswith("#!/usr/bin/env bash")
     assert "torch==2.6.0 torchvision==0.21.0" in setup and "pip install -q ./course" in setup
     assert config == {"assignment": ASSIGNMENT}
-    assert {"course/pyproject.toml", "course/grader/pipeline.py", "course/grader/worker.py",
+    assert {"course/pyproject.toml", "course/grader/cohort/pipeline.py", "course/grader/isolation/worker.py",
             f"course/grader/problems/{ASSIGNMENT}.py",
             f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"} <= names
     # Only this set's reference solution travels; no caches, no other sets, no demo cohort.

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from grader import _torch_internals as ti
-from grader.check import CheckFailed, evaluate
-from grader.source import Cell
+from grader.isolation.check import CheckFailed, evaluate
+from grader.isolation.source import Cell
 
 TESTS_DIR = os.path.dirname(__file__)
 
@@ -177,7 +177,7 @@ CHEATS = [
     ("import time\ntime.perf_counter = lambda: 0.0", "time.perf_counter"),
     ("torch.cuda.synchronize = lambda *a, **k: None", "torch.cuda.synchronize"),
     ("_real = torch.compile\ntorch.compile = lambda m, **k: m", "torch.compile"),
-    ("import grader.timing\ngrader.timing.compare = lambda *a, **k: None", "grader.timing.compare"),
+    ("import grader.checks.timing\ngrader.timing.compare = lambda *a, **k: None", "grader.checks.timing.compare"),
     ("import torch.nn.functional as F\n_g = F.gelu\nF.gelu = lambda x, **k: _g(x).clone()",
      "torch.nn.functional.gelu"),
     ("import sys\nsys.setprofile(lambda *a: None)", "sys.profile"),
@@ -185,8 +185,8 @@ CHEATS = [
      "background thread"),
     ("import json\n_d = json.dumps\njson.dumps = lambda *a, **k: _d({'status': 'ok'})",
      "json.dumps"),
-    ("import grader.check\ngrader.check.Evaluation.require = lambda self, name: None",
-     "grader.check.Evaluation.require"),
+    ("import grader.isolation.check\ngrader.check.Evaluation.require = lambda self, name: None",
+     "grader.isolation.check.Evaluation.require"),
     ("torch._dynamo.config.suppress_errors = True", "config.torch._dynamo.config.suppress_errors"),
     ("import builtins\nbuiltins.print = lambda *a, **k: None", "builtins.print"),
 ]
@@ -387,6 +387,6 @@ def test_functions_dynamo_adds_or_removes_are_not_tampering():
         del ti.__dict__["__compiled_fn_2_test"]
     ti.__dict__["recompile_limit"], saved = (lambda: 99), ti.recompile_limit
     try:  # a real replacement is still caught
-        assert worker.tampering(before, threads) == ["grader._torch_internals.recompile_limit"]
+        assert worker.tampering(before, threads) == ["grader.checks._torch_internals.recompile_limit"]
     finally:
         ti.recompile_limit = saved

@@ -21,9 +21,9 @@ def test_validate_runs_cells_with_the_course_timeout_not_nbgraders_30_s():
     validator = Validator(config=_config())
     execute = Execute(parent=validator)                  # as Validator builds its preprocessors
     # A test cell evaluates each of its problems in a fresh worker, which may run for
-    # max(300 s, 4 x the problem's budget) (grader.check.evaluate): the cell timeout must let
+    # max(300 s, 4 x the problem's budget) (grader.isolation.check.evaluate): the cell timeout must let
     # the slowest test cell's workers finish.
-    from grader.assign import assignments
+    from grader.cohort.assign import assignments
     from grader.problems import get_problem, test_cells
 
     worst = max(sum(max(300.0, 4 * get_problem(key).budget_s) for key in cell.problems)

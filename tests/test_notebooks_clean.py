@@ -7,7 +7,7 @@ import os
 import nbformat
 import pytest
 
-from grader.colab import INSTALL_CELL, INSTALL_CELL_TAG
+from grader.course.colab import INSTALL_CELL, INSTALL_CELL_TAG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = ("notebooks", "source", "release")
@@ -32,7 +32,7 @@ def problems(nb) -> list[str]:
             found.append(f"cell {i} has execution_count {cell['execution_count']}")
     first = nb.cells[0] if nb.cells else None
     if first is None or first.cell_type != "code" or first.source != INSTALL_CELL:
-        found.append("the first cell is not grader.colab.INSTALL_CELL")
+        found.append("the first cell is not grader.course.colab.INSTALL_CELL")
     elif INSTALL_CELL_TAG not in first.get("metadata", {}).get("tags", []):
         found.append(f"the first cell lacks the tag {INSTALL_CELL_TAG!r}")
     return found
@@ -77,7 +77,7 @@ def test_helper_rejects_outputs_and_counts(tmp_path):
 def test_helper_rejects_a_wrong_first_cell():
     nb = _clean()
     nb.cells[0].source = "import torch"
-    assert problems(nb) == ["the first cell is not grader.colab.INSTALL_CELL"]
+    assert problems(nb) == ["the first cell is not grader.course.colab.INSTALL_CELL"]
     nb = _clean()
     nb.cells[0].metadata["tags"] = []
     assert problems(nb) == [f"the first cell lacks the tag {INSTALL_CELL_TAG!r}"]

@@ -122,12 +122,12 @@ def test_the_published_package_carries_no_answers():
 
 
 def test_the_package_docstring_examples_run():
-    """grader/__init__.py's examples: the in-process imports work, and the problem-set import
-    gives the `check` the example calls (running it is the problem-set tests' job)."""
+    """grader/__init__.py's examples: the in-process imports work, and the problem set's setup
+    lines give the `check` the example calls (running it is the problem-set tests' job)."""
     import textwrap
 
     import grader
-    import grader.check
+    import grader.isolation.check
 
     blocks = re.findall(r"::\n\n((?:    .*\n)+)", grader.__doc__)
     assert len(blocks) == 2, grader.__doc__
@@ -136,6 +136,6 @@ def test_the_package_docstring_examples_run():
     for name in ("graph_break_report", "fullgraph_check", "recompile_check", "fusion_report",
                  "check_outputs", "compare", "judge_speed", "SpeedTarget"):
         assert callable(namespace[name]), name
-    setup, call = textwrap.dedent(blocks[1]).strip().splitlines()
-    exec(setup, namespace)
-    assert namespace["check"] is grader.check.check and call.startswith("check(")
+    *setup, call = textwrap.dedent(blocks[1]).strip().splitlines()
+    exec("\n".join(setup), namespace)
+    assert namespace["check"] is grader.isolation.check.check and call.startswith("check(")

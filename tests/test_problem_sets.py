@@ -38,7 +38,7 @@ def test_release_is_not_stale():
 
 
 def test_committed_notebooks_have_no_outputs_and_start_with_install_cell():
-    from grader.colab import INSTALL_CELL, INSTALL_CELL_TAG
+    from grader.course.colab import INSTALL_CELL, INSTALL_CELL_TAG
 
     for folder in ("source", "release"):
         for ps in PROBLEM_SETS:
@@ -57,7 +57,7 @@ def test_committed_notebooks_have_no_outputs_and_start_with_install_cell():
 def test_problem_definitions_match_the_notebooks():
     """Every problem's solution_grade_id is a solution cell of its source notebook."""
     from grader.problems import get_problem
-    from grader.source import solution_cells
+    from grader.isolation.source import solution_cells
 
     for ps in PROBLEM_SETS:
         mod = __import__(f"grader.problems.{ps}", fromlist=["PROBLEMS"])
@@ -133,8 +133,8 @@ def test_self_check_outside_nbgrader(tmp_path):
 
 
 def test_failure_message_names_the_learners_line_and_a_fix():
-    from grader.check import CheckFailed, evaluate
-    from grader.source import Cell
+    from grader.isolation.check import CheckFailed, evaluate
+    from grader.isolation.source import Cell
 
     broken = Cell("cell 9", (
         "class BatchScorer(PerSampleScorer):\n"
@@ -156,8 +156,8 @@ def test_ps3_jobs_grade_the_choice_not_the_string():
     """q1's autograded points separate a right choice from a wrong one on this CPU: compiling
     the short job, or not compiling the long one, fails its job check against the reference's
     choice in the same run (the right choices pass: the self-check and validate tests)."""
-    from grader.check import evaluate
-    from grader.source import Cell
+    from grader.isolation.check import evaluate
+    from grader.isolation.source import Cell
 
     wrong = Cell("cell 6", 'class ShortJobMLP(TinyMLP):\n    compile_mode = "default"\n\n\n'
                            'class LongJobMLP(TinyMLP):\n    compile_mode = "none"\n')

@@ -13,11 +13,11 @@ import time
 from ray.cluster_utils import Cluster
 
 from grader import distributed, sandbox
-from grader.demo import build_demo_course
-from grader.grade import grade
+from grader.cohort.demo import build_demo_course
+from grader.cohort.grade import grade
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED = json.load(open(os.path.join(REPO, "grader", "demo_expected.json")))
+EXPECTED = json.load(open(os.path.join(REPO, "grader", "cohort", "demo_expected.json")))
 # Three personas of ps2: the full solution (timed), a wrong one (not timed), an empty one.
 COHORT = {"ada_full": "ada_full", "eve_wrong": "eve_wrong", "cy_blank": "cy_blank"}
 

@@ -1,4 +1,4 @@
-"""grader.recompiles: recompile_check and explain_guard_failure (backend="eager": Dynamo only)."""
+"""grader.checks.recompiles: recompile_check and explain_guard_failure (backend="eager": Dynamo only)."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 import models
 from grader import _torch_internals as ti
-from grader.recompiles import explain_guard_failure, recompile_check
+from grader.checks.recompiles import explain_guard_failure, recompile_check
 
 DTYPES = [torch.float32, torch.float64, torch.float16]
 

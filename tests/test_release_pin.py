@@ -1,4 +1,4 @@
-"""The notebooks install a fixed release of the course on Colab: the tag in grader/colab.py is the
+"""The notebooks install a fixed release of the course on Colab: the tag in grader/course/colab.py is the
 package's version, every notebook's first cell installs that tag (COURSE_PIP_SOURCE still
 overrides it), and `sync-notebooks` rewrites only that cell.
 """
@@ -8,8 +8,8 @@ import re
 import shutil
 import tomllib
 
-from grader.colab import INSTALL_CELL, INSTALL_CELL_TAG, RELEASE, REPO_URL
-from grader.notebooks import course_notebooks, sync_setup_cells
+from grader.course.colab import INSTALL_CELL, INSTALL_CELL_TAG, RELEASE, REPO_URL
+from grader.course.notebooks import course_notebooks, sync_setup_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_SOURCE = re.compile(r'os\.environ\.get\("COURSE_PIP_SOURCE", "([^"]+)"\)')
@@ -26,7 +26,7 @@ def _first_cell(path: str) -> str:
 
 
 def test_the_pinned_release_is_the_package_version():
-    assert RELEASE == f"v{_version()}", "set grader.colab.RELEASE when bumping the version"
+    assert RELEASE == f"v{_version()}", "set grader.course.colab.RELEASE when bumping the version"
 
 
 def test_every_release_notebook_installs_the_release_of_the_package_version():

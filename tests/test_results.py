@@ -1,9 +1,9 @@
-"""grader.results: one vocabulary for statuses and checks, used by every module that reads a
+"""grader.checks.results: one vocabulary for statuses and checks, used by every module that reads a
 result."""
 import json
 
 from grader import results
-from grader.results import CHECK_TITLES, CHECKS, PROCESS_FAILURES, WORKER_STATUSES, Status
+from grader.checks.results import CHECK_TITLES, CHECKS, PROCESS_FAILURES, WORKER_STATUSES, Status
 
 
 def test_a_status_travels_in_json_as_its_value_and_compares_with_what_comes_back():

@@ -46,8 +46,8 @@ def test_learner_code_sees_no_course_no_secrets_and_no_instructor_environment(mo
 
 def test_the_grader_package_is_readable_and_nothing_outside_tmp_is_writable():
     out = _python(
-        "import grader.sandbox, os\n"
-        "for path in ['/usr/x', os.path.dirname(grader.sandbox.__file__) + '/x', '/x']:\n"
+        "import grader.isolation.sandbox, os\n"
+        "for path in ['/usr/x', os.path.dirname(grader.isolation.sandbox.__file__) + '/x', '/x']:\n"
         "    try:\n"
         "        open(path, 'w')\n"
         "        print('WROTE', path)\n"
@@ -102,7 +102,7 @@ def test_a_timeout_kills_the_whole_sandbox():
 
 def test_when_the_sandbox_cannot_run_real_submissions_are_not_graded(tmp_path, monkeypatch):
     from grader import demo
-    from grader.grade import Run, choose_isolation
+    from grader.cohort.grade import Run, choose_isolation
 
     monkeypatch.setattr(sandbox.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else "/usr/bin/" + name)

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from grader import assign, demo
-from grader.source import Cell, solution_cells
-from grader.static_check import check_cells, describe
+from grader.isolation.source import Cell, solution_cells
+from grader.isolation.static_check import check_cells, describe
 
 ROOT = assign.COURSE_ROOT
 
@@ -33,7 +33,7 @@ def test_the_demo_personas_that_are_honest_attempts_pass():
 
 @pytest.mark.parametrize("source, why", [
     ("import os\n", "the `os` module is not available"),
-    ("from grader.check import Evaluation\nEvaluation.require = lambda s, n: None\n",
+    ("from grader.isolation.check import Evaluation\nEvaluation.require = lambda s, n: None\n",
      "the `grader` module is not available"),
     ("class F(Original):\n    pass\nOriginal.forward = lambda self, x: x\n",
      "attributes of `self` only"),
@@ -118,7 +118,7 @@ def test_describe_names_every_refusal():
 
 def test_self_check_refuses_before_running_anything():
     # evaluate() screens in this process: no worker starts, the result says why.
-    from grader.check import evaluate
+    from grader.isolation.check import evaluate
 
     ev = evaluate("ps1.q1", cells=[Cell("cell 6", "import os\nos.system('true')\n")],
                   reference="off")

@@ -1,4 +1,4 @@
-"""grader.targets: SpeedTarget, judge_speed, device_class.
+"""grader.checks.targets: SpeedTarget, judge_speed, device_class.
 
 Verdicts are tested with a FakeClock (conftest.py) whose seeded log-normal noise makes them
 deterministic; one real smoke test only checks structure.
@@ -12,7 +12,7 @@ import torch
 
 from conftest import FakeClock, pool
 from grader import targets
-from grader.targets import SpeedTarget, SpeedVerdict, device_class, judge_speed
+from grader.checks.targets import SpeedTarget, SpeedVerdict, device_class, judge_speed
 
 BASE, REF = 2.0 ** -6, 2.0 ** -7          # the reference is 2x faster than the baseline
 VERDICTS = {"pass", "fail", "inconclusive"}

@@ -1,4 +1,4 @@
-"""grader.timing: medians with confidence intervals and interleaved comparisons.
+"""grader.checks.timing: medians with confidence intervals and interleaved comparisons.
 
 A FakeClock (conftest.py) makes time virtual: each fake function advances it by a fixed cost,
 so speedups are exact and every assertion is deterministic. Costs are powers of two so the
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import FakeClock, pool
-from grader.timing import (DEFAULT_CLOCK, Clock, Comparison, Estimate, compare,
+from grader.checks.timing import (DEFAULT_CLOCK, Clock, Comparison, Estimate, compare,
                            interleave_order, median_ci, time_first_call, time_per_call)
 
 SLOW, FAST = 2.0 ** -8, 2.0 ** -10          # 4x apart

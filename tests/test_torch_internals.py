@@ -1,4 +1,4 @@
-"""grader._torch_internals: every function that touches private torch APIs.
+"""grader.checks._torch_internals: every function that touches private torch APIs.
 
 A torch upgrade that moves one of these names must fail here, not somewhere deep in the grader.
 One Inductor compile in this file (run_and_get_code + fresh cache).
@@ -314,7 +314,7 @@ def test_explain_backend_counts_graphs():
 
 
 def test_warm_up_in_the_current_cache_leaves_the_toolchain_probes_there(tmp_path):
-    # grader.worker warms Inductor in the (prepared) reference cache: the C++ toolchain's probe
+    # grader.isolation.worker warms Inductor in the (prepared) reference cache: the C++ toolchain's probe
     # programs must land there, so that a prepared cache saves building them again, while the
     # warm-up graph itself bypasses the caches (a real compile every time). In a fresh process:
     # the probes' results are memoised per process.

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from grader.breaks import graph_break_report
-from grader.check import evaluate
+from grader.checks.breaks import graph_break_report
+from grader.isolation.check import evaluate
 from grader.problems import get_problem, training_step
 from grader.problems.ps5 import IGNORE, Classifier, example_inputs
-from grader.source import Cell
+from grader.isolation.source import Cell
 
 REFERENCE = '''class FastClassifier(Classifier):
     def forward(self, x, y):

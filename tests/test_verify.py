@@ -14,7 +14,7 @@ import pytest
 
 from grader import targets
 from grader.problems import get_problem
-from grader.verify import Rejected, authenticate, verify
+from grader.isolation.verify import Rejected, authenticate, verify
 
 KEY = b"k" * 32
 PROBLEM = get_problem("fx.q1", "fixture_problems")

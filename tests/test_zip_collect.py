@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from grader.grade import Run, find_submissions
+from grader.cohort.grade import Run, find_submissions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSIGNMENT = "ps2"

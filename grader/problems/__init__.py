@@ -2,7 +2,7 @@
 
 A problem set module ``grader/problems/psN.py`` defines ``PROBLEMS = {key: Problem(...)}``. The
 student notebook imports the baseline from here (``from grader.problems.ps1 import *``), and the
-fresh-process worker (:mod:`grader.worker`) rebuilds it from here, never from the learner's kernel.
+fresh-process worker (:mod:`grader.isolation.worker`) rebuilds it from here, never from the learner's kernel.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..results import CHECKS
-from ..targets import SpeedTarget
+from grader.checks.results import CHECKS
+from grader.checks.targets import SpeedTarget
 
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"

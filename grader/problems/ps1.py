@@ -8,11 +8,10 @@ with ``fullgraph=True``; its speed is compared with the *original compiled* mode
 import torch
 from torch import nn
 
-from ..check import check, evaluate, run_test
-from . import Problem, TestCell
-from ..targets import SpeedTarget
+from grader.problems import Problem, TestCell
+from grader.checks.targets import SpeedTarget
 
-__all__ = ["Original", "make_inputs", "example_inputs", "check", "evaluate", "run_test", "torch", "nn"]
+__all__ = ["Original", "make_inputs", "example_inputs", "torch", "nn"]
 
 D = 256
 ROWS = 1024
@@ -71,7 +70,7 @@ HINTS = {
                  "a mean is a sum divided by a count, and both can be computed without dropping "
                  "elements.",
     "breaks": "every break listed above still splits the graph; fix them one by one, and run "
-              "grader.breaks.graph_break_report after each fix.",
+              "grader.checks.breaks.graph_break_report after each fix.",
     "speed": "the speed target needs one graph so that Inductor can fuse the pointwise work "
              "around the two matmuls; check that forward does no extra work.",
 }

@@ -8,12 +8,10 @@ tanh-GELU. Inductor turns every slice write into its own kernels. The learner re
 import torch
 from torch import nn
 
-from ..check import check, evaluate, run_test
-from . import Problem, TestCell
-from ..targets import SpeedTarget
+from grader.problems import Problem, TestCell
+from grader.checks.targets import SpeedTarget
 
-__all__ = ["GroupNormGELU", "make_inputs", "example_inputs", "MAX_KERNELS", "check", "evaluate", "run_test",
-           "torch", "nn"]
+__all__ = ["GroupNormGELU", "make_inputs", "example_inputs", "MAX_KERNELS", "torch", "nn"]
 
 D = 512
 GROUPS = 8
@@ -65,7 +63,7 @@ HINTS = {
     "correctness": "compute the same group norm: mean and (biased) variance over each group of "
                    "D // groups consecutive features, eps inside the square root, then the affine "
                    "map and the same tanh-GELU.",
-    "fusion": "compare grader.fusion.fusion_report of your class with GroupNormGELU's: each "
+    "fusion": "compare grader.checks.fusion.fusion_report of your class with GroupNormGELU's: each "
               "kernel is a pass over memory. Inductor splits the work wherever a Python loop "
               "over groups or a write into a slice of a preallocated tensor ends an expression: "
               "compute the statistics of all groups at once, as whole-tensor expressions.",

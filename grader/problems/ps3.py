@@ -16,12 +16,11 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from ..check import check, evaluate, run_test
-from . import NO_COMPILE, Problem, TestCell
-from ..targets import SpeedTarget
+from grader.problems import NO_COMPILE, Problem, TestCell
+from grader.checks.targets import SpeedTarget
 
 __all__ = ["TinyMLP", "PerSampleScorer", "MODES", "SHORT_JOB_CALLS", "LONG_JOB_CALLS", "make_mlp_inputs", "make_scorer_inputs",
-           "example_mlp_inputs", "example_scorer_inputs", "check", "evaluate", "run_test", "torch", "nn", "F"]
+           "example_mlp_inputs", "example_scorer_inputs", "torch", "nn", "F"]
 
 MODES = (NO_COMPILE, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # How many calls q1's jobs make. Measured on a 2-core CPU (torch 2.14): a cold compile of
@@ -118,7 +117,7 @@ Q2_HINTS = {
     "correctness": "BatchScorer must give each sample the same score PerSampleScorer gives it: "
                    "apply the layer to the whole batch at once and normalise each row by its "
                    "own norm (see the `dim` and `keepdim` arguments of `Tensor.norm`).",
-    "fullgraph": "forward must stay one graph: run grader.breaks.graph_break_report on it to "
+    "fullgraph": "forward must stay one graph: run grader.checks.breaks.graph_break_report on it to "
                  "see each break and its line.",
     "recompiles": "no Python loop over the batch (`for i in range(x.shape[0])` bakes the batch "
                   "size into the graph, so every new size recompiles): use batched tensor ops "

@@ -12,11 +12,10 @@ import math
 import torch
 from torch import nn
 
-from ..check import check, evaluate, run_test
-from . import Problem, TestCell
-from ..targets import SpeedTarget
+from grader.problems import Problem, TestCell
+from grader.checks.targets import SpeedTarget
 
-__all__ = ["TinyGPT", "Block", "make_inputs", "example_inputs", "check", "evaluate", "run_test", "torch", "nn",
+__all__ = ["TinyGPT", "Block", "make_inputs", "example_inputs", "torch", "nn",
            "math", "VOCAB", "DIM", "HEADS", "LAYERS", "SEQ"]
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 1, 64, 4

@@ -16,12 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..check import check, evaluate, run_test
-from . import Problem, TestCell, training_step
-from ..targets import SpeedTarget
+from grader.problems import Problem, TestCell, training_step
+from grader.checks.targets import SpeedTarget
 
-__all__ = ["Classifier", "make_inputs", "example_inputs", "training_step", "check", "evaluate",
-           "run_test", "torch", "nn", "F", "IGNORE", "FEATURES", "CLASSES", "BATCH"]
+__all__ = ["Classifier", "make_inputs", "example_inputs", "training_step", "torch", "nn", "F", "IGNORE", "FEATURES", "CLASSES", "BATCH"]
 
 FEATURES, HIDDEN, CLASSES, BATCH = 256, 256, 10, 64
 IGNORE = -1  # the label of an example nobody labeled: it must not count in the loss
@@ -86,7 +84,7 @@ HINTS = {
                  "the cause (chapter 4 explains each kind). What a break computes for logging or "
                  "for a safety check can happen outside the compiled model, in the training loop.",
     "breaks": "every break listed above still splits the graph; run "
-              "grader.breaks.graph_break_report(model, *example_inputs()) after each fix.",
+              "grader.checks.breaks.graph_break_report(model, *example_inputs()) after each fix.",
     "recompiles": "the recompile report above names the guard that failed: a Python value the "
                   "graph depends on changes from step to step (chapter 6: what Dynamo guards "
                   "on; TORCH_LOGS=\"recompiles\" shows it too).",

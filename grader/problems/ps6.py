@@ -22,12 +22,11 @@ import math
 import torch
 from torch import nn
 
-from ..check import check, evaluate, run_test
-from . import Problem, TestCell
-from ..targets import SpeedTarget
+from grader.problems import Problem, TestCell
+from grader.checks.targets import SpeedTarget
 
 __all__ = ["TinyGPT", "Block", "softmax_last", "decode", "generate", "make_inputs", "example_inputs",
-           "check", "evaluate", "run_test", "torch", "nn", "math", "VOCAB", "DIM", "HEADS", "LAYERS",
+           "torch", "nn", "math", "VOCAB", "DIM", "HEADS", "LAYERS",
            "MAX_SEQ", "MAX_BATCH", "NEW_TOKENS", "HEAD_DIM", "step_inputs"]
 
 VOCAB, DIM, HEADS, LAYERS = 512, 128, 4, 2
@@ -202,7 +201,7 @@ HINTS = {
                  "`pos`, or `pos` read into Python, cannot be in one graph (chapter 4; chapter 6 "
                  "on shapes).",
     "breaks": "every break listed above still splits the graph; run "
-              "grader.breaks.graph_break_report(model, *step_inputs()) after each fix.",
+              "grader.checks.breaks.graph_break_report(model, *step_inputs()) after each fix.",
     "recompiles": "the recompile report above names the guard that failed: something the step "
                   "depends on changes from step to step as a Python value or a shape "
                   "(TORCH_LOGS=\"recompiles\" shows it too).",

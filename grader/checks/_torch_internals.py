@@ -1,0 +1,582 @@
+"""The one place that touches private torch APIs (``torch._dynamo``, ``torch._inductor``).
+
+A torch upgrade that moves one of these breaks this module and its test
+(``tests/test_torch_internals.py``), not the rest of the grader. The course supports torch 2.8
+and newer (``make test-oldest``); where names moved between releases, both spellings are tried,
+including torch 2.6's (see docs/versions.md for what still differs there).
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import functools
+import inspect
+import logging
+import re
+import types
+from typing import Any, Callable, Iterator
+
+import torch
+
+
+def torch_at_least(major: int, minor: int) -> bool:
+    """Is the installed torch release ``major.minor`` or newer (for what differs by release)."""
+    found = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
+    return found >= (major, minor)
+
+
+def dynamo_reset() -> None:
+    """Forget every compiled function's cache in this process (``torch._dynamo.reset``)."""
+    torch._dynamo.reset()
+
+
+def explain(fn: Callable, *args, **kwargs):
+    """Run ``torch._dynamo.explain`` on ``fn(*args, **kwargs)``.
+
+    ``explain`` resets Dynamo before and after it runs, which wipes the caches of other compiled
+    functions in the process. Callers that must not disturb them run this in a fresh process
+    (see :mod:`grader.isolation.isolate`); here we only make the reset explicit.
+    """
+    return torch._dynamo.explain(fn)(*args, **kwargs)
+
+
+_LOCAL_NAME = re.compile(r"\bL\['(\w+)'\]")
+
+
+def guard_failures_for(code, *, forget: bool = False) -> list[str]:
+    """The guard-failure messages Dynamo recorded for a code object.
+
+    Dynamo records one message per cache entry it tried, so ``k`` recompiles leave
+    ``1 + 2 + ... + k`` messages, each prefixed with the compile id (``"0/1: "``) of the entry
+    that failed. ``forget=True`` also drops them from Dynamo's record.
+    """
+    failures = getattr(torch._dynamo.utils, "guard_failures", {})
+    # torch 2.6 names a local as ``L['x']`` where later releases write ``x``.
+    found = [_LOCAL_NAME.sub(r"\1", str(m)) for m in failures.get(code, [])]
+    if forget and code in failures:
+        del failures[code]
+    return found
+
+
+def clear_guard_failures() -> None:
+    failures = getattr(torch._dynamo.utils, "guard_failures", None)
+    if failures is not None:
+        failures.clear()
+
+
+def set_recompile_limit(limit: int) -> contextlib.AbstractContextManager:
+    """Temporarily set Dynamo's recompile limit (named ``cache_size_limit`` before 2.7)."""
+    cfg = torch._dynamo.config
+    name = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    return cfg.patch(**{name: limit})
+
+
+def recompile_limit_name() -> str:
+    """The config name of Dynamo's recompile limit in this torch (and in its warning)."""
+    import torch._dynamo.config as cfg
+
+    return "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+
+
+def recompile_limit() -> int:
+    cfg = torch._dynamo.config
+    return int(getattr(cfg, "recompile_limit", getattr(cfg, "cache_size_limit", 8)))
+
+
+_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+_LIMIT_HIT = re.compile(r"hit config\.(?P<kind>\w+) \((?P<limit>\d+)\)")
+
+
+class _LimitCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[tuple[str, int]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            m = _LIMIT_HIT.search(record.getMessage())
+        except Exception:
+            return
+        if m:
+            self.hits.append((m["kind"], int(m["limit"])))
+
+
+@contextlib.contextmanager
+def _only_into(logger_name: str, handler: logging.Handler, level: int) -> Iterator[None]:
+    """Send ``logger_name``'s records at ``level`` to ``handler`` only (not to the console),
+    and restore the logger afterwards."""
+    logger = logging.getLogger(logger_name)
+    saved = (logger.level, logger.propagate, logger.disabled)
+    logger.setLevel(level)
+    logger.propagate = False
+    logger.disabled = False
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate, logger.disabled = saved[1], saved[2]
+
+
+@contextlib.contextmanager
+def capture_recompile_limit_hits() -> Iterator[list]:
+    """Collect ``(limit_name, limit)`` each time Dynamo gives up on a frame in the block because
+    it hit its recompile limit (``"torch._dynamo hit config.recompile_limit (8)"``); past it,
+    Dynamo silently runs the frame eagerly. Nothing is printed.
+    """
+    collector = _LimitCollector()
+    with _only_into(_LIMIT_LOGGER, collector, logging.WARNING):
+        yield collector.hits
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling without sharing Dynamo's caches with earlier compiles
+
+def _fresh_function(fn: types.FunctionType) -> types.FunctionType:
+    """A copy of ``fn`` with a new code object that is not even *equal* to the old one.
+
+    Dynamo keeps its compiled entries on the code object (and some records in dicts keyed by
+    code equality): a new, unequal code object starts with none of them. The copy has the same
+    file, lines, globals, defaults and closure, so it behaves (and reports lines) the same.
+    """
+    # An unused constant makes the code compare unequal; no instruction refers to it.
+    code = fn.__code__.replace(co_consts=fn.__code__.co_consts + (object(),))
+    new = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = copy.copy(fn.__kwdefaults__)
+    new.__qualname__ = fn.__qualname__
+    new.__module__ = fn.__module__
+    new.__doc__ = fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+def _trampoline(target: Callable) -> Callable:
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(target, "__name__", type(target).__name__)
+    return _fresh_function(call)
+
+
+def _original(fn: Callable) -> Callable:
+    """What ``torch.compile`` wrapped, if ``fn`` is already compiled."""
+    while True:
+        if isinstance(fn, torch._dynamo.eval_frame.OptimizedModule):
+            fn = fn._orig_mod
+        elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
+            fn = fn._torchdynamo_orig_callable
+        else:
+            return fn
+
+
+def fresh_copy(fn: Callable) -> Callable:
+    """A copy of ``fn`` whose code objects Dynamo has never seen.
+
+    Functions and methods get a new code object; an ``nn.Module`` becomes a shallow copy
+    (same parameters, buffers, submodules and hooks) whose ``forward`` has a new code object;
+    a ``functools.partial`` gets a fresh inner function; anything else is called through a
+    fresh one-line function. An already compiled function or module is unwrapped first.
+
+    Compiling the copy never hits, and never adds to, the cache entries of earlier compiles of
+    ``fn`` (the learner's own, or an earlier report's), so repeated reports are independent and
+    the recompile limit of ``fn`` is never used up by them.
+    """
+    fn = _original(fn)
+    if isinstance(fn, types.FunctionType):
+        return _fresh_function(fn)
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return types.MethodType(_fresh_function(fn.__func__), fn.__self__)
+    if isinstance(fn, functools.partial):
+        return functools.partial(fresh_copy(fn.func), *fn.args, **fn.keywords)
+    if isinstance(fn, torch.nn.Module) and type(fn).__call__ is torch.nn.Module.__call__:
+        try:
+            module = copy.copy(fn)
+        except Exception:
+            return _trampoline(fn)
+        forward = fn.__dict__.get("forward")
+        if forward is None:  # the usual case: `def forward(self, ...)` in the class
+            forward = types.MethodType(_fresh_function(type(fn).forward), module)
+        elif (isinstance(forward, types.MethodType) and forward.__self__ is fn
+              and isinstance(forward.__func__, types.FunctionType)):
+            forward = types.MethodType(_fresh_function(forward.__func__), module)
+        else:  # an instance attribute that is some other callable (a lambda, another module's)
+            forward = fresh_copy(forward)
+        object.__setattr__(module, "forward", forward)
+        return module
+    return _trampoline(fn)
+
+
+_COMPILE_PARAMETERS = frozenset(inspect.signature(torch.compile).parameters)
+
+
+def isolates_recompiles() -> bool:
+    """Does this torch keep one compile's entries apart from others' (torch 2.12+)?"""
+    return "isolate_recompiles" in _COMPILE_PARAMETERS
+
+
+def compile_isolated(fn: Callable, **options) -> Callable:
+    """``torch.compile(fn, **options)``, with ``isolate_recompiles=True`` where torch has it
+    (2.12+), so that frames reached from ``fn`` (a module called by a wrapper, a function after
+    a graph break) keep the entries of this compile apart from everyone else's and do not use up
+    their recompile limit."""
+    if "isolate_recompiles" in _COMPILE_PARAMETERS:
+        options.setdefault("isolate_recompiles", True)
+    return torch.compile(fn, **options)
+
+
+def compile_fresh(fn: Callable, **options) -> Callable:
+    """``compile_isolated(fresh_copy(fn), **options)``: a compile that shares nothing with
+    earlier compiles of ``fn``."""
+    return compile_isolated(fresh_copy(fn), **options)
+
+
+@contextlib.contextmanager
+def own_automatic_dynamic_state() -> Iterator[None]:
+    """Compile inside the block as if no frame had been seen before.
+
+    Automatic dynamic shapes remember, per function (keyed by file, line and name, not by code
+    object), which sizes changed between calls; an earlier compile of the same function would
+    make a check start out dynamic. The block starts from an empty record, and the record the
+    process had before is put back afterwards (what the block learns is dropped).
+    """
+    try:
+        from torch._dynamo import pgo
+    except ImportError:  # older torch keeps the record on the code object: nothing to do
+        yield
+        return
+    if not (hasattr(pgo, "_CODE_STATE") and hasattr(pgo, "CodeState")):
+        yield
+        return
+    saved = pgo._CODE_STATE
+    pgo._CODE_STATE = collections.defaultdict(pgo.CodeState)
+    try:
+        yield
+    finally:
+        pgo._CODE_STATE = saved
+
+
+def explain_backend():
+    """A Dynamo backend that records every graph (and break) and runs them eagerly
+    (``ExplainWithBackend("eager")``; ``.output()`` gives ``graph_count``, ``op_count``)."""
+    from torch._dynamo.backends.debugging import ExplainWithBackend
+
+    return ExplainWithBackend("eager")
+
+
+def fresh_inductor_cache() -> contextlib.AbstractContextManager:
+    """A context with an empty, temporary Inductor/FX-graph cache.
+
+    Kernel counts and cold compile times lie when the FX graph cache already holds the graph.
+    """
+    from torch._inductor import utils
+
+    maker = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
+    return maker()
+
+
+@contextlib.contextmanager
+def outer_loop_fused_kernels() -> Iterator[list]:
+    """Yields a list that, when the block ends, holds one number per generated C++ function
+    whose loop nests Inductor fused under one outer loop: how many loop nests (each a kernel of
+    its own without that fusion, and on a GPU) it runs. Empty where torch does not record it."""
+    from torch._inductor import metrics
+
+    before = getattr(metrics, "cpp_outer_loop_fused_inner_counts", None)
+    start = len(before) if before is not None else 0
+    result: list[int] = []
+    try:
+        yield result
+    finally:
+        after = getattr(metrics, "cpp_outer_loop_fused_inner_counts", None) or []
+        new = after[start:] if after is before else after
+        result.extend(int(getattr(c, "inner_kernel_number", 1)) for c in new)
+
+
+def run_and_get_code(fn: Callable, *args) -> tuple[Any, list[str]]:
+    """Call a compiled ``fn`` and return its result and the source of the code Inductor wrote."""
+    from torch._inductor.utils import run_and_get_code as _run_and_get_code
+
+    return _run_and_get_code(fn, *args)
+
+
+def inductor_config_patch(**options) -> contextlib.AbstractContextManager:
+    """``torch._inductor.config.patch`` (e.g. ``freezing=True``)."""
+    import torch._inductor.config as cfg
+
+    return cfg.patch(**options)
+
+
+def list_mode_options() -> dict:
+    """What each ``mode=`` of ``torch.compile`` switches on in Inductor."""
+    import torch._inductor
+
+    return dict(torch._inductor.list_mode_options())
+
+
+@contextlib.contextmanager
+def quiet_torch_logs() -> Iterator[None]:
+    """Keep torch's warnings and log lines off stderr inside the block.
+
+    nbgrader scores a test cell zero when anything reaches stderr, and torch warns there about
+    graph breaks and missing CUDA runtimes even when nothing is wrong.
+    """
+    import warnings
+
+    loggers = [logging.getLogger(n) for n in ("torch", "torch._dynamo", "torch._inductor")]
+    saved = [(lg, lg.level, lg.propagate, list(lg.handlers)) for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level, propagate, handlers in saved:
+            lg.setLevel(level)
+            lg.propagate = propagate
+            lg.handlers[:] = handlers
+
+
+_GRAPH_BREAK_LOGGER = "torch._dynamo.symbolic_convert.__graph_breaks"
+# "Graph Break Reason:" from torch 2.7 on, "Reason:" in 2.6.
+_GRAPH_BREAK_RECORD = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*\n"
+                                 r"(?:Graph Break )?Reason: (?P<reason>.*?)"
+                                 r"(?:\n\s*User code traceback|\Z)", re.S)
+
+
+class _BreakCollector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        m = _GRAPH_BREAK_RECORD.search(record.getMessage())
+        if m:
+            self.records.append((m["file"], int(m["line"]), m["reason"].strip()))
+
+
+@contextlib.contextmanager
+def capture_graph_breaks() -> Iterator[list]:
+    """Collect ``(filename, lineno, reason)`` for every graph break Dynamo logs in the block.
+
+    Uses the ``graph_breaks`` logging artifact (what ``TORCH_LOGS="graph_breaks"`` prints), which
+    sees every break, also those that end an empty graph, which ``explain``'s list misses.
+    Nothing is printed.
+    """
+    collector = _BreakCollector()
+    with _only_into(_GRAPH_BREAK_LOGGER, collector, logging.DEBUG):
+        yield collector.records
+
+
+def compiler_config_values() -> dict[str, str]:
+    """Every setting of Dynamo's and Inductor's configs, as ``{"torch._dynamo.config.NAME":
+    repr(value)}``: what the worker compares before and after learner code runs."""
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    values = {}
+    for prefix, cfg in (("torch._dynamo.config", dynamo_config),
+                        ("torch._inductor.config", inductor_config)):
+        for name, value in cfg.get_config_copy().items():
+            values[f"{prefix}.{name}"] = repr(value)
+    return values
+
+
+def is_graph_break_error(exc: BaseException) -> bool:
+    """Did ``torch.compile(..., fullgraph=True)`` stop at a graph break (Dynamo's ``Unsupported``
+    or ``UserError``)?"""
+    from torch._dynamo import exc as dynamo_exc
+
+    kinds = tuple(k for k in (getattr(dynamo_exc, "Unsupported", None),
+                              getattr(dynamo_exc, "UserError", None)) if k)
+    return isinstance(exc, kinds)
+
+
+def install_dynamo_hooks() -> None:
+    """Let Dynamo make the changes it makes on its first compile in a process (it replaces
+    ``nn.Module.__init__`` and ``__setstate__`` to tag modules), so that a snapshot taken after
+    this call does not mistake them for the learner's."""
+    with quiet_torch_logs():
+        torch.compile(torch.nn.Identity(), backend="eager")(torch.zeros(1))
+
+
+def tensor_base_namespace() -> dict[str, dict]:
+    """Where ``torch.Tensor``'s methods really live (``torch._C.TensorBase``, named
+    ``_TensorBase`` before 2.3): the worker's tamper snapshot watches it too."""
+    base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
+    return {"torch._C.TensorBase": dict(vars(base))} if base is not None else {}
+
+
+def warm_inductor(device: str = "cpu", fresh: bool = True) -> None:
+    """One tiny Inductor compile: the first compile of a process also starts the compile
+    workers and loads the C++/Triton toolchain, a one-time cost that must not be charged to
+    whichever real compile comes first.
+
+    ``fresh``: in a throwaway cache. Otherwise in the current cache folder, with the caches
+    bypassed so the compile is real either way: the toolchain's probe programs (the C++ compiler's
+    vector-instruction checks, seconds on a CPU) are then built there once, or found there when
+    the folder came prepared (:mod:`grader.isolation.isolate`'s prepared reference cache)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    context = contextlib.ExitStack()
+    if fresh:
+        context.enter_context(fresh_inductor_cache())
+    else:  # not force_disable_caches: that moves the whole cache folder, probes included
+        context.enter_context(inductor_config.patch(fx_graph_cache=False))
+        context.enter_context(functorch_config.patch(enable_autograd_cache=False))
+    with context, quiet_torch_logs():
+        torch.compile(lambda t: t + 1)(torch.ones(2, device=device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic shapes, compile counting and AOTAutograd (chapters 6-8)
+
+def mark_dynamic(t: torch.Tensor, dim, **kwargs) -> None:
+    """``torch._dynamo.mark_dynamic(t, dim)``: the compile that first sees ``t`` treats ``dim``
+    as symbolic from the start, and raises if the code specializes it to a constant."""
+    torch._dynamo.mark_dynamic(t, dim, **kwargs)
+
+
+def maybe_mark_dynamic(t: torch.Tensor, dim) -> None:
+    """``torch._dynamo.maybe_mark_dynamic(t, dim)``: like :func:`mark_dynamic`, but a hint that
+    Dynamo may drop (specialize) without an error."""
+    torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
+def dynamo_config_patch(**options) -> contextlib.AbstractContextManager:
+    """``torch._dynamo.config.patch`` (e.g. ``capture_scalar_outputs=True``)."""
+    import torch._dynamo.config as cfg
+
+    return cfg.patch(**options)
+
+
+def lookup_backend(name: str) -> Callable:
+    """The compiler function behind a backend name (``"inductor"``, ``"eager"``, ...)."""
+    return torch._dynamo.lookup_backend(name)
+
+
+def unique_graphs() -> int:
+    """How many graphs Dynamo has compiled in this process (``counters["stats"]``), for
+    counting compiles of a backend given by name (e.g. ``mode="reduce-overhead"``)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+
+class _MessageCollector(logging.Handler):
+    def __init__(self, pattern: re.Pattern) -> None:
+        super().__init__(logging.WARNING)
+        self.pattern = pattern
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:
+            return
+        if self.pattern.search(text):
+            self.messages.append(text)
+
+
+@contextlib.contextmanager
+def capture_recompile_limit_messages() -> Iterator[list]:
+    """Collect the full text of Dynamo's warning each time it hits its recompile limit in the
+    block (``"torch._dynamo hit config.recompile_limit (8)\\n function: ...\\n last reason:
+    ..."``). Nothing reaches the console."""
+    collector = _MessageCollector(_LIMIT_HIT)
+    with _only_into(_LIMIT_LOGGER, collector, logging.WARNING):
+        yield collector.messages
+
+
+def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
+    """Compile ``fn`` with AOTAutograd (Inductor's decompositions, no code generation), run it
+    forward and backward once, and return its graphs.
+
+    Returns ``{"joint": GraphModule, "forward": GraphModule, "backward": GraphModule,
+    "saved": [(name, shape, dtype, bytes, kind), ...]}``, where ``saved`` lists what the forward
+    graph returns for the backward graph (the values saved for backward), ``kind`` being
+    ``"input"`` (a parameter or input), ``"view of an input"`` (e.g. a transposed weight: no
+    memory of its own), ``"activation"`` or ``"view of an activation"``; and
+    ``"activation_bytes"``, the memory the saved activations keep alive (each base counted
+    once, views adding nothing). ``partitioner`` is
+    ``"min_cut"`` (what Inductor uses: recompute cheap ops in the backward) or ``"default"``
+    (save every intermediate the backward reads). ``fn``'s own Dynamo cache is untouched: a
+    fresh copy of ``fn`` is compiled.
+    """
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import partitioners
+    from torch._inductor.decomposition import select_decomp_table
+
+    partition = {"min_cut": partitioners.min_cut_rematerialization_partition,
+                 "default": partitioners.default_partition}[partitioner]
+    got: dict = {}
+
+    def forward_compiler(gm, example_inputs):
+        got["forward"] = gm
+        return make_boxed_func(gm.forward)
+
+    def backward_compiler(gm, example_inputs):
+        got["backward"] = gm
+        return make_boxed_func(gm.forward)
+
+    def partition_fn(joint, joint_inputs, **kwargs):
+        got["joint"] = joint
+        return partition(joint, joint_inputs, **kwargs)
+
+    backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
+                           partition_fn=partition_fn, decompositions=select_decomp_table())
+    out = compile_fresh(fn, backend=backend)(*args)
+    (out.sum() if out.dim() else out).backward()
+    forward = got["forward"]
+    outputs = [n for n in forward.graph.nodes if n.op == "output"][0].args[0]
+    n_user = len(outputs) - _saved_count(got["backward"])
+    saved, roots = [], {}
+    for node in outputs[n_user:]:
+        val = node.meta.get("val") if hasattr(node, "meta") else None
+        root = _view_root(node)
+        is_input = getattr(root, "op", None) == "placeholder"
+        kind = ("input" if is_input else "activation") if root is node else \
+            ("view of an input" if is_input else "view of an activation")
+        if isinstance(val, torch.Tensor):
+            saved.append((node.name, tuple(val.shape), val.dtype, val.numel() * val.element_size(),
+                          kind))
+        else:
+            saved.append((getattr(node, "name", str(node)), (), None, 0, kind))
+        root_val = root.meta.get("val") if hasattr(root, "meta") else None
+        if not is_input and isinstance(root_val, torch.Tensor):
+            roots[root.name] = root_val.numel() * root_val.element_size()
+    got["saved"] = saved
+    got["activation_bytes"] = sum(roots.values())
+    return got
+
+
+_VIEW_OPS = {"permute", "t", "view", "transpose", "expand", "alias", "reshape", "unsqueeze",
+             "squeeze", "_unsafe_view", "slice", "select", "as_strided"}
+
+
+def _view_root(node):
+    """The node whose memory ``node`` uses: itself, or the base of a chain of view ops."""
+    while getattr(node, "op", None) == "call_function" and node.args:
+        target = getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        if target not in _VIEW_OPS or not hasattr(node.args[0], "op"):
+            break
+        node = node.args[0]
+    return node
+
+
+def _saved_count(backward) -> int:
+    """Inputs of the backward graph that are not incoming gradients (``tangents_*``)."""
+    return sum(1 for n in backward.graph.nodes
+               if n.op == "placeholder" and not n.name.startswith("tangents"))
+
+
+def nonstrict_trace_decorator() -> Callable | None:
+    """``torch.compiler.nonstrict_trace`` where this torch has it, else
+    ``torch._dynamo.nonstrict_trace`` (its first home), else ``None``."""
+    found = getattr(torch.compiler, "nonstrict_trace", None)
+    if found is None:
+        found = getattr(torch._dynamo, "nonstrict_trace", None)
+    return found

@@ -1,0 +1,161 @@
+"""Recompile check: over a list of inputs, how many times does Dynamo compile, and why.
+
+>>> report = recompile_check(model, [(torch.randn(b, 16),) for b in range(2, 65)], dynamic=True)
+>>> report.compiles        # 1: "compiles once for batch sizes 2..64"
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Callable, Sequence
+
+import torch
+
+from grader.checks import _torch_internals as ti
+
+# Dynamo quotes the guarded name, which may itself contain quotes (torch 2.14 writes
+# ``tensor 'd['a']'``, torch 2.6 ``tensor 'L['x']'``): the name runs up to the quote that is
+# followed by the kind of mismatch.
+_NAME = r"tensor '(?P<name>.+?)'"
+_SIZE = re.compile(_NAME + r" size mismatch at index (?P<dim>\d+)\. "
+                   r"expected (?P<old>\d+), actual (?P<new>\d+)")
+_DTYPE = re.compile(_NAME + r" dtype mismatch\. expected (?P<old>\w+), actual (?P<new>\w+)")
+_STRIDE = re.compile(_NAME + r" stride mismatch")
+_DEVICE = re.compile(_NAME + r" device mismatch")
+_REQUIRES_GRAD = re.compile(_NAME + r" requires_grad mismatch")
+# A Python value baked into the graph: ``n == 2`` (``L['n'] == 2`` on older torch).
+_VALUE = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>.+)$")
+
+
+def _first_line(text: str) -> str:
+    """The guard itself: Dynamo follows it with padding, ``# source  # file:line`` and a
+    "User stack trace:" block."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return re.split(r"\s{2,}#|\s+# ", line, maxsplit=1)[0].strip()
+
+
+def explain_guard_failure(message: str) -> str:
+    """A failed Dynamo guard in plain words (one line), with what to do about it."""
+    text = re.sub(r"^\d+/\d+: ", "", message.strip())
+    if m := _SIZE.search(text):
+        name = _short(m["name"])
+        return (f"dimension {m['dim']} of `{name}` changed from {m['old']} to "
+                f"{m['new']}; the graph was specialised to the old size. Compile with "
+                f"`dynamic=True` or call `torch._dynamo.mark_dynamic({name}, {m['dim']})` on the "
+                f"input")
+    if m := _DTYPE.search(text):
+        return (f"the dtype of `{_short(m['name'])}` changed from {m['old']} to {m['new']}; "
+                f"every dtype needs its own graph: cast inputs to one dtype before the call")
+    if m := _STRIDE.search(text):
+        return (f"the memory layout (strides) of `{_short(m['name'])}` changed; pass contiguous "
+                f"inputs (`x.contiguous()`)")
+    if m := _DEVICE.search(text):
+        return f"`{_short(m['name'])}` moved to another device; keep inputs on one device"
+    if m := _REQUIRES_GRAD.search(text):
+        return (f"`requires_grad` of `{_short(m['name'])}` changed; run under one grad mode "
+                f"(e.g. always inside `torch.no_grad()`)")
+    guard = _first_line(text)
+    if "___check_obj_id" in guard or "ID_MATCH" in guard or "id(" in guard:
+        return (f"a Python object the graph depends on was replaced ({_short(guard)}); avoid "
+                f"rebinding globals or module attributes between calls")
+    if m := _VALUE.match(guard):
+        name = _short(m["name"])
+        return (f"the Python value `{name}` changed: the graph was compiled for "
+                f"`{name} == {m['value']}`; pass it as a tensor, or keep it constant between calls")
+    if "==" in guard or "EQUALS_MATCH" in guard:
+        return (f"a Python value the graph baked in changed ({_short(guard)}); pass it as a "
+                f"tensor, or keep it constant between calls")
+    return guard
+
+
+def _short(name: str) -> str:
+    """``L['x']`` -> ``x``; ``L['self']._modules['fc']._parameters['weight']`` ->
+    ``self.fc.weight``; ``G['w']`` -> ``w``."""
+    name = re.sub(r"\b[LG]\['(\w+)'\]", r"\1", name)
+    name = re.sub(r"\._(modules|parameters|buffers)\['(\w+)'\]", r".\2", name)
+    return name
+
+
+@dataclasses.dataclass
+class RecompileReport:
+    """How many compilations a series of calls caused, and the reason for each recompile."""
+
+    compiles: int
+    calls: int
+    reasons: list[str]
+    raw_reasons: list[str]
+    compiling_calls: list[int]
+    hit_limit: bool
+    max_compiles: int
+    recompile_limit: int = dataclasses.field(default_factory=ti.recompile_limit)
+
+    @property
+    def recompiles(self) -> int:
+        return max(self.compiles - 1, 0)
+
+    @property
+    def ok(self) -> bool:
+        return self.compiles <= self.max_compiles and not self.hit_limit
+
+    def __str__(self) -> str:
+        head = (f"{self.compiles} compilation{'s' * (self.compiles != 1)} over {self.calls} calls "
+                f"(allowed: {self.max_compiles})")
+        lines = [head]
+        for call, reason in zip(self.compiling_calls[1:], self.reasons):
+            lines.append(f"- call {call + 1} recompiled: {reason}")
+        if self.hit_limit:
+            lines.append(f"- the recompile limit ({self.recompile_limit}) was reached: past it "
+                         f"Dynamo silently runs the function eagerly")
+        return "\n".join(lines)
+
+    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
+
+
+def _code_of(fn: Callable):
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    target = getattr(target, "__func__", target)
+    if isinstance(target, functools.partial):
+        return _code_of(target.func)
+    return getattr(target, "__code__", None)
+
+
+def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | None = None,
+                    max_compiles: int = 1, backend: str = "eager") -> RecompileReport:
+    """Call ``torch.compile(fn, dynamic=dynamic)`` on each tuple in ``inputs`` and count the
+    compilations (one per call that made Dynamo compile a frame).
+
+    ``backend="eager"`` is enough: guards and recompiles are Dynamo's, not Inductor's.
+    A fresh copy of ``fn`` is compiled (see :func:`grader.checks._torch_internals.fresh_copy`), so
+    earlier compiles of ``fn`` neither hide compilations nor use up its recompile limit, and
+    the check starts without what automatic dynamic shapes learnt from earlier calls.
+    """
+    compiled_on: list[int] = []
+    graphs_this_call = [0]
+
+    def counting_backend(gm, example_inputs):
+        graphs_this_call[0] += 1
+        return gm.forward
+
+    limit = ti.recompile_limit()
+    with ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
+            ti.capture_recompile_limit_hits() as hits:
+        fresh = ti.fresh_copy(fn)
+        code = _code_of(fresh)
+        opt = ti.compile_isolated(fresh, backend=counting_backend, dynamic=dynamic)
+        for i, args in enumerate(inputs):
+            graphs_this_call[0] = 0
+            opt(*args)
+            if graphs_this_call[0]:
+                compiled_on.append(i)
+    raw = ti.guard_failures_for(code, forget=True) if code is not None else []
+    # Dynamo records one message per cache entry it tried (k recompiles leave k(k+1)/2 of
+    # them); keep one per recompile: the failure against the first graph ("N/0").
+    firsts = [m for m in raw if re.match(r"^\d+/0:", m)] or raw
+    if hits:
+        limit = hits[0][1]
+    return RecompileReport(
+        compiles=len(compiled_on), calls=len(inputs),
+        reasons=[explain_guard_failure(m) for m in firsts[: max(len(compiled_on) - 1, 0)]],
+        raw_reasons=raw, compiling_calls=compiled_on, hit_limit=bool(hits),
+        max_compiles=max_compiles, recompile_limit=limit)

@@ -1,0 +1,128 @@
+"""Problem sets: regenerate the student versions in ``release/`` from ``source/``.
+
+``make release`` (``python -m grader.cli release``) runs ``nbgrader generate_assignment`` for each
+``source/ps*`` folder, in the course root, without touching the gradebook (``--no-db``), and
+overwrites ``release/<assignment>/`` (``--force``). ``release/`` is committed; the test suite calls
+:func:`is_release_stale` to fail when someone edited ``source/`` and forgot ``make release``.
+
+nbgrader shells out to ``alembic`` (and must find ``jupyter``): the interpreter's ``bin/`` is put
+first on ``PATH`` for every call (a venv run without activating it otherwise fails there).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Iterable
+from grader._paths import REPO_ROOT
+
+COURSE_ROOT = REPO_ROOT
+
+
+def nbgrader_env() -> dict:
+    """The environment nbgrader runs in: this interpreter's ``bin/`` first on PATH (nbgrader
+    shells out to ``alembic``), and no ``COURSE_ROOT`` (each nbgrader run names its course)."""
+    env = dict(os.environ)
+    bin_dir = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+    env.pop("COURSE_ROOT", None)
+    return env
+
+
+def assignments(course_root: str = COURSE_ROOT) -> list[str]:
+    """Every problem set in ``source/`` (folders named ps*), sorted."""
+    folder = os.path.join(course_root, "source")
+    if not os.path.isdir(folder):
+        return []
+    return sorted(name for name in os.listdir(folder)
+                  if name.startswith("ps") and os.path.isdir(os.path.join(folder, name)))
+
+
+def nbgrader(*args: str, cwd: str = COURSE_ROOT, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``nbgrader ARGS`` in the course folder ``cwd`` (:func:`nbgrader_env`); with ``check``,
+    a failure raises with nbgrader's output. The one wrapper of nbgrader's command line (the
+    sandboxed autograde of :mod:`grader.cohort.grade` starts it through :func:`grader.isolation.sandbox.run`)."""
+    cmd = [sys.executable, "-m", "nbgrader", *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:])} failed (exit {proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def release(names: Iterable[str] | None = None, course_root: str = COURSE_ROOT) -> list[str]:
+    """Regenerate ``release/<name>/`` from ``source/<name>/`` for each name (default: all).
+    Returns the release notebooks written."""
+    names = list(names) if names else assignments(course_root)
+    written = []
+    for name in names:
+        if not os.path.isdir(os.path.join(course_root, "source", name)):
+            raise FileNotFoundError(f"no source/{name} in {course_root}")
+        nbgrader("generate_assignment", name, "--force", "--no-db", cwd=course_root)
+        folder = os.path.join(course_root, "release", name)
+        for fname in sorted(os.listdir(folder)):
+            if fname.endswith(".ipynb"):
+                path = os.path.join(folder, fname)
+                _normalise(path)
+                written.append(path)
+    return written
+
+
+def _normalise(path: str) -> None:
+    """Committed notebooks carry no outputs and no execution counts."""
+    with open(path, encoding="utf-8") as fh:
+        nb = json.load(fh)
+    for cell in nb["cells"]:
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+            cell["execution_count"] = None
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(nb, fh, indent=1, ensure_ascii=False)
+        fh.write("\n")
+
+
+def _cells(path: str) -> list[tuple[str, str]]:
+    with open(path, encoding="utf-8") as fh:
+        nb = json.load(fh)
+    out = []
+    for cell in nb["cells"]:
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        out.append((cell.get("cell_type", ""), source))
+    return out
+
+
+def stale_notebooks(course_root: str = COURSE_ROOT) -> list[str]:
+    """Release notebooks that differ from what ``make release`` would generate now (by cell type
+    and source), or are missing or extra. Empty when ``release/`` is up to date."""
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="release-check-") as tmp:
+        shutil.copy(os.path.join(course_root, "nbgrader_config.py"), tmp)
+        shutil.copytree(os.path.join(course_root, "source"), os.path.join(tmp, "source"))
+        release(course_root=tmp)
+        fresh_root = os.path.join(tmp, "release")
+        committed_root = os.path.join(course_root, "release")
+        for name in assignments(tmp):
+            fresh = sorted(f for f in os.listdir(os.path.join(fresh_root, name))
+                           if f.endswith(".ipynb"))
+            folder = os.path.join(committed_root, name)
+            have = sorted(f for f in os.listdir(folder) if f.endswith(".ipynb")) \
+                if os.path.isdir(folder) else []
+            for fname in sorted(set(fresh) | set(have)):
+                rel = f"release/{name}/{fname}"
+                if fname not in have:
+                    problems.append(f"{rel} (missing)")
+                elif fname not in fresh:
+                    problems.append(f"{rel} (no longer in source/)")
+                elif _cells(os.path.join(fresh_root, name, fname)) != _cells(
+                        os.path.join(folder, fname)):
+                    problems.append(f"{rel} (differs from source/)")
+    return problems
+
+
+def is_release_stale(course_root: str = COURSE_ROOT) -> bool:
+    """True when ``release/`` is not what ``make release`` would generate from ``source/``."""
+    return bool(stale_notebooks(course_root))

@@ -1,0 +1,172 @@
+"""The bundled demo cohort: eight made-up students per problem set, one per way a submission can
+go, so a newcomer's ``make grade`` shows the whole flow (and a test checks every score).
+
+Submissions are built at grading time, on the instructor's side only, from the release notebook
+of each problem set and the reference solution in ``source/`` (so they follow the problem sets as
+they change); the personas that need problem-specific code ("partial", "slow", "wrong") take it
+from ``source/demo_cohort.py``, which students never get: nothing of it is in the ``grader``
+package. Expected scores are written down in ``demo_expected.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+PERSONAS = {
+    "ada_full": "full solution",
+    "ben_partial": "half done: some breaks or questions fixed, not all",
+    "cy_blank": "nothing written",
+    "dee_slow": "correct and compiles, but no faster than the baseline",
+    "eve_wrong": "fast, but the outputs are wrong",
+    "fay_crash": "the first solution cell exits the kernel (os._exit)",
+    "gus_loop": "the first solution cell never finishes (infinite loop)",
+    "hal_corrupt": "the .ipynb file is corrupted (truncated JSON)",
+}
+EXPECTED_FILE = os.path.join(os.path.dirname(__file__), "demo_expected.json")
+DEMO_CELL_TIMEOUT_S = 180  # the endless loop costs this much; real cells finish well within it
+_SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n|^[ \t]*### END SOLUTION[ \t]*\n?", re.M)
+
+
+def _strip_markers(source: str) -> str:
+    return _SOLUTION.sub("", source)
+
+
+def _solution_ids(nb) -> list[str]:
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+
+
+def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, str] | None = None):
+    """A copy of the release notebook with the given solution cells filled from the source."""
+    import copy
+
+    nb = copy.deepcopy(release_nb)
+    answers = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source)
+               for c in source_nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    answers.update(replacements or {})
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution") and gid in grade_ids:
+            cell.source = answers[gid]
+    return nb
+
+
+DEMO_FILE = os.path.join("source", "demo_cohort.py")
+
+
+def demo_solutions(course: str) -> dict:
+    """``{assignment: {persona: {grade_id: code}}}`` from the course's ``source/demo_cohort.py``."""
+    import runpy
+
+    path = os.path.join(course, DEMO_FILE)
+    return runpy.run_path(path)["DEMO_SOLUTIONS"] if os.path.exists(path) else {}
+
+
+def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None = None) -> dict:
+    """{student: notebook or raw text} for one problem set; ``solutions`` are the persona code
+    of :func:`demo_solutions` for this set."""
+    ids = _solution_ids(source_nb)
+    code_ids = set(ids)
+    first = ids[0]
+    extra = solutions or {}
+    out = {
+        "ada_full": _fill(release_nb, source_nb, code_ids),
+        # With one question, "partial" is a problem-specific half-done answer.
+        "ben_partial": _fill(release_nb, source_nb, code_ids, extra["partial"]) if "partial" in extra
+        else _fill(release_nb, source_nb, {first}),
+        "cy_blank": release_nb,
+        "fay_crash": _fill(release_nb, source_nb, code_ids,
+                           {first: "import os\nos._exit(1)\n"}),
+        "gus_loop": _fill(release_nb, source_nb, code_ids, {first: "while True:\n    pass\n"}),
+    }
+    for persona, student in (("slow", "dee_slow"), ("wrong", "eve_wrong")):
+        if persona in extra:
+            out[student] = _fill(release_nb, source_nb, code_ids, extra[persona])
+    return out
+
+
+def build_demo_course(course: str, assignments: list[str], folder: str | None = None,
+                      cohort: dict[str, str] | None = None) -> str:
+    """Create ``build/demo-course`` (or ``folder``): a fresh nbgrader course with the demo
+    submissions, and return its path. Grades already there are kept, so a second run resumes.
+
+    ``cohort`` maps student names to personas (default: one student per persona; the
+    benchmark uses several copies of ``ada_full``)."""
+    import nbformat
+
+    from grader.cohort.assign import nbgrader
+
+    demo = folder or os.path.join(course, "build", "demo-course")
+    os.makedirs(demo, exist_ok=True)
+    shutil.copy(os.path.join(course, "nbgrader_config.py"), os.path.join(demo, "nbgrader_config.py"))
+    for assignment in assignments:
+        src = os.path.join(course, "source", assignment)
+        dst = os.path.join(demo, "source", assignment)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
+        nbgrader("generate_assignment", assignment, "--force", cwd=demo)
+        name = next(n for n in sorted(os.listdir(src)) if n.endswith(".ipynb"))
+        source_nb = nbformat.read(os.path.join(src, name), as_version=4)
+        release_nb = nbformat.read(os.path.join(demo, "release", assignment, name), as_version=4)
+        raw = json.dumps(nbformat.from_dict(release_nb), indent=1)
+        made = {**personas_for(assignment, release_nb, source_nb,
+                               demo_solutions(course).get(assignment)),
+                "hal_corrupt": raw[: len(raw) // 2]}
+        for student, persona in (cohort if cohort is not None else {p: p for p in PERSONAS}).items():
+            _write(demo, student, assignment, name, made[persona])
+    write_demo_roster(demo, list(cohort) if cohort is not None else list(PERSONAS))
+    return demo
+
+
+def write_demo_roster(demo: str, students: list[str]) -> str:
+    """A made-up Canvas gradebook export for the demo students (``canvas-roster.csv``: Canvas
+    user ids from 100001, the student folder as SIS Login ID), so that the demo's
+    ``reports/canvas.csv`` shows what a real course's does. Returns its path."""
+    import csv
+
+    path = os.path.join(demo, "canvas-roster.csv")
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section"])
+        writer.writerow(["    Points Possible", "", "", "", ""])
+        for number, student in enumerate(sorted(students), start=1):
+            first, _, last = student.partition("_")
+            writer.writerow([f"{last.title() or 'Student'}, {first.title()}", str(100000 + number),
+                             f"DEMO{number:03d}", student, "Demo section"])
+    return path
+
+
+def _write(demo: str, student: str, assignment: str, name: str, nb) -> None:
+    import nbformat
+
+    folder = os.path.join(demo, "submitted", student, assignment)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    text = nb if isinstance(nb, str) else nbformat.writes(nb)
+    if os.path.exists(path) and open(path).read() == text:
+        return  # unchanged: keeps the submission's digest, so graded ones are not regraded
+    with open(path, "w") as fh:
+        fh.write(text)
+    with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
+        fh.write("2026-12-01 12:00:00.000000 UTC\n")
+
+
+def expected_scores() -> dict:
+    """{assignment: {student: points}} from ``demo_expected.json`` (its ``_why`` says why)."""
+    with open(EXPECTED_FILE) as fh:
+        return {k: v for k, v in json.load(fh).items() if not k.startswith("_")}
+
+
+def check_expected(run) -> list[str]:
+    """Lines describing every demo score that differs from ``demo_expected.json``."""
+    expected = expected_scores()
+    problems = []
+    for o in run.outcomes:
+        want = expected.get(o.submission.assignment, {}).get(o.submission.student)
+        if want is None:
+            continue
+        if abs(o.score - want) > 1e-6:
+            problems.append(f"{o.submission.name}: {o.score:g} (expected {want:g}) {o.reason[:100]}")
+    return problems

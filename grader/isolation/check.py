@@ -1,0 +1,394 @@
+"""Check a learner's solution to a problem: the API that test cells and self-check call.
+
+>>> from grader.problems.ps1 import *
+>>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
+>>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
+
+Everything is measured in a fresh, sandboxed process (:mod:`grader.isolation.worker` via
+:mod:`grader.isolation.isolate`) from the *source* of the cell that defined ``FixedModel``, after a static
+check of that source (:mod:`grader.isolation.static_check`), and the result is verified in this process
+(:mod:`grader.isolation.verify`). Where the course's ``source/`` folder is at hand (an instructor's
+machine), the reference solution is measured in the same run; elsewhere (a student's machine,
+Colab) the shipped per-device floors are used, and the verdict says so.
+
+During ``make grade`` the points are not decided here: the grading pipeline
+(:mod:`grader.cohort.pipeline`) measures every problem of a submission in a process that never runs
+learner code and scores each test cell from the problem set's ``TEST_CELLS``. The notebook's
+kernel then only *shows* those results: ``COURSE_PIPELINE_RESULTS`` names the file, and
+:func:`evaluate` and :func:`run_test` read it instead of measuring again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Iterable
+
+from grader.problems import Problem, TestCell, get_problem, test_cells
+from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, Status
+from grader.isolation.source import Cell, cells_defining, solution_cells
+
+PIPELINE_RESULTS_ENV = "COURSE_PIPELINE_RESULTS"
+_RESULTS: dict[str, "Evaluation"] = {}
+
+
+
+class CheckFailed(AssertionError):
+    """A check did not pass; the message is meant for the learner."""
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """The (verified) worker result for one problem, with learner-facing messages."""
+
+    problem: Problem
+    result: dict
+    printed: bool = False  # check() printed it already: displaying it again shows one line
+
+    @property
+    def status(self) -> str:
+        return self.result.get("status", Status.GRADER_ERROR)
+
+    @property
+    def with_reference(self) -> bool:
+        checks = self.result.get("checks", {})
+        return any(bool(checks.get(name, {}).get("with_reference")) for name in ("speed", "job"))
+
+    def outcome(self, name: str) -> dict:
+        if self.status != Status.OK:
+            return {"ok": False, "message": self.result.get("message", self.status)}
+        return self.result["checks"].get(name, {"ok": False, "message": f"{name} was not checked"})
+
+    def ok(self, name: str) -> bool:
+        return bool(self.outcome(name).get("ok"))
+
+    def verdict(self, name: str) -> str:
+        out = self.outcome(name)
+        return out.get("verdict") or ("pass" if out.get("ok") else "fail")
+
+    def message(self, name: str) -> str:
+        out = self.outcome(name)
+        text = out.get("message", "")
+        hint = self.problem.hints.get(name)
+        if not out.get("ok") and hint and out.get("verdict") != "inconclusive" and self.status == Status.OK:
+            text += f"\nhint: {hint}"
+        return text
+
+    def require(self, name: str) -> None:
+        """Raise :class:`CheckFailed` with the learner-facing message unless ``name`` passed.
+        An inconclusive speed verdict does not raise: it is reported, not failed."""
+        __tracebackhide__ = True  # IPython and pytest: the learner sees their cell, not ours
+        print(self.line(name))
+        if self.verdict(name) not in ("pass", "inconclusive"):
+            raise CheckFailed(self.failure(name))
+
+    def failure(self, name: str) -> str:
+        return f"{self.problem.key}: {self.title(name)} failed\n{self.message(name)}"
+
+    def points(self, name: str, max_points: float, inconclusive_credit: float = 1.0) -> float:
+        """nbgrader partial credit: full for pass, ``inconclusive_credit`` x for inconclusive."""
+        print(self.line(name))
+        return credit(self.verdict(name), max_points, inconclusive_credit)
+
+    def title(self, name: str) -> str:
+        if name == "correctness" and self.problem.training:
+            return "loss and gradients match the original"
+        return CHECK_TITLES.get(name, name)
+
+    def line(self, name: str) -> str:
+        verdict = self.verdict(name).upper()
+        return f"[{verdict}] {self.problem.key} {self.title(name)}\n" + _indent(
+            self.message(name))
+
+    def __str__(self) -> str:
+        if self.status != Status.OK:
+            return f"[FAIL] {self.problem.key}: {self.result.get('message', self.status)}"
+        return "\n".join(self.line(name) for name in self.result["checks"])
+
+    def summary(self) -> str:
+        """One line: each check's verdict."""
+        if self.status != Status.OK:
+            return f"{self.problem.key}: {self.status}"
+        return f"{self.problem.key}: " + ", ".join(
+            f"{name} {self.verdict(name)}" for name in self.result["checks"])
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(f"<{self.summary()}>" if self.printed else str(self))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def credit(verdict: str, max_points: float, inconclusive_credit: float = 1.0) -> float:
+    if verdict == "pass":
+        return float(max_points)
+    if verdict == "inconclusive":
+        return float(max_points) * inconclusive_credit
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring a test cell (shared by the notebook and the grading pipeline)
+
+@dataclasses.dataclass
+class CellScore:
+    """What a test cell earns from its problems' results, and the text it shows."""
+
+    grade_id: str
+    points: float
+    max_points: float
+    partial: bool            # the cell's value is its points (nbgrader partial credit)
+    text: str                # every verdict the cell depends on, with messages and hints
+    failure: str = ""        # why it earned nothing, when it did not pass outright
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CellScore":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+
+def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
+    """Points of ``cell`` from the evaluations of its problems (key -> Evaluation)."""
+    lines, failure, shown = [], "", set()
+    for key, name in cell.checks:
+        ev = evaluations[key]
+        if ev.status != Status.OK:
+            if key not in shown:
+                shown.add(key)
+                lines.append(str(ev))
+        elif (key, name) not in shown:
+            shown.add((key, name))
+            lines.append(ev.line(name))
+    met = True
+    for key, name in cell.requires:
+        ev = evaluations[key]
+        if ev.verdict(name) not in ("pass", "inconclusive"):
+            met = False
+            failure = failure or ev.failure(name)
+    if cell.scored:
+        key, name = cell.scored
+        points = credit(evaluations[key].verdict(name), cell.points, cell.inconclusive_credit) \
+            if met else 0.0
+        if not failure and points < cell.points:
+            failure = evaluations[key].failure(name)
+    else:
+        points = float(cell.points) if met else 0.0
+    return CellScore(cell.grade_id, points, float(cell.points), cell.scored is not None,
+                     "\n".join(lines), failure)
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the reference solution (instructor side only)
+
+def find_course_root(start: str | None = None) -> str | None:
+    """The nbgrader course directory above ``start`` (``COURSE_ROOT`` wins when set)."""
+    if os.environ.get("COURSE_ROOT"):
+        return os.environ["COURSE_ROOT"]
+    here = os.path.abspath(start or os.getcwd())
+    while True:
+        if os.path.exists(os.path.join(here, "nbgrader_config.py")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def reference_cells(problem: Problem, course_root: str | None = None) -> list[Cell] | None:
+    """The reference solution's cells from ``source/<assignment>/*.ipynb``, or ``None`` when
+    this machine has no ``source/`` (students, Colab)."""
+    root = course_root or find_course_root()
+    if root is None:
+        return None
+    folder = os.path.join(root, "source", problem.assignment)
+    if not os.path.isdir(folder):
+        return None
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".ipynb"):
+            cells = solution_cells(os.path.join(folder, name), [problem.solution_grade_id])
+            if cells:
+                return cells
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The results of `make grade`, shown in the notebook instead of measuring again
+
+def _pipeline_results() -> dict | None:
+    path = os.environ.get(PIPELINE_RESULTS_ENV)
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {"problems": {}, "cells": {}}
+
+
+def _from_pipeline(problem: Problem, results: dict) -> Evaluation:
+    result = results.get("problems", {}).get(problem.key) or {
+        "status": Status.GRADER_ERROR, "message": "the grading pipeline has no result for this problem"}
+    return Evaluation(problem, result)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference: str = "auto",
+             device: str | None = None, budget_s: float | None = None,
+             timeout_s: float | None = None, sandbox: str = "auto",
+             problem_module: str | None = None, course_root: str | None = None,
+             checks: Iterable[str] | None = None, cache: bool = True,
+             prepared: dict | None = None, isolation=None) -> Evaluation:
+    """Grade ``key`` in a fresh process from the source of ``objects`` (or from ``cells``).
+
+    ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
+    (self-check floors only). Results are cached in this process by the learner's source, so
+    several test cells share one measurement (``cache=False``: always measure). ``checks`` limits which of the problem's checks
+    run (default: all). ``sandbox``: 'auto', 'bwrap' (required) or 'off' (see
+    :func:`grader.isolation.sandbox.probe`); ``isolation``: one already probed (a grading run probes once).
+    ``prepared``: the compiled baseline and reference from :func:`prepare` (a grading run
+    compiles them once, not once per submission).
+    """
+    from grader.isolation import isolate, static_check, verify
+    from grader.checks.targets import default_device, device_class
+
+    problem = get_problem(key, problem_module)
+    if cells is None and problem_module is None and (shown := _pipeline_results()) is not None:
+        return _from_pipeline(problem, shown)
+    learner = list(cells) if cells is not None else cells_defining(*objects)
+    checks = list(checks) if checks is not None else None
+    refusals = static_check.check_cells(learner, problem.allowed_config)
+    if refusals:
+        return Evaluation(problem, {"status": Status.REFUSED, "problem": key,
+                                    "message": static_check.describe(refusals)})
+    timed = any(c in problem.checks and (checks is None or c in checks) for c in ("speed", "job"))
+    ref = reference_cells(problem, course_root) if reference == "auto" and timed else None
+    device = device or default_device()
+    spec = {
+        "problem": key, "problem_module": problem_module,
+        "learner_cells": [c.to_dict() for c in learner],
+        "reference_cells": [c.to_dict() for c in ref] if ref else None,
+        "device": device, "budget_s": budget_s,
+    }
+    if checks is not None:
+        spec["checks"] = checks
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    if cache and digest in _RESULTS:
+        return _RESULTS[digest]
+    if prepared and ref:
+        spec["prepared"] = prepared
+    raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
+                             sandbox_mode=sandbox, isolation=isolation)
+    result = raw if raw.get("status") in PROCESS_FAILURES else verify.verify(
+        problem, raw, checks=checks, with_reference=ref is not None,
+        device_class=device_class(device))
+    result["sandbox"] = raw.get("sandbox")
+    evaluation = Evaluation(problem, result)
+    if cache and result.get("status") not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
+        _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
+    return evaluation
+
+
+def prepare(key: str, *, course_root: str | None = None, device: str | None = None,
+            sandbox: str = "auto", isolation=None, problem_module: str | None = None,
+            timeout_s: float | None = None) -> dict | None:
+    """Compile ``key``'s baseline and reference solution once, for every submission of a grading
+    run (:func:`evaluate`'s ``prepared``): their compiler cache folder, packed, and the
+    reference's cold first call in seconds, timed there. ``None`` when the problem is not timed,
+    there is no reference at hand, or the preparation failed (each submission then compiles
+    them itself, as without it). Runs no learner code."""
+    from grader.isolation import isolate
+    from grader.checks.targets import default_device
+
+    problem = get_problem(key, problem_module)
+    if not any(c in problem.checks for c in ("speed", "job")):
+        return None
+    ref = reference_cells(problem, course_root)
+    if not ref:
+        return None
+    spec = {"problem": key, "problem_module": problem_module, "prepare": True,
+            "learner_cells": [], "reference_cells": [c.to_dict() for c in ref],
+            "device": device or default_device()}
+    raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
+                             sandbox_mode=sandbox, isolation=isolation)
+    first = raw.get("reference_first_s")
+    if raw.get("status") != Status.OK or not isinstance(raw.get("cache"), str) \
+            or not isinstance(first, (int, float)) or isinstance(first, bool) or not first >= 0:
+        return None
+    return {"cache": raw["cache"], "reference_first_s": float(first)}
+
+
+def skip_while_grading() -> bool:
+    """True (after printing why) while nbgrader autogrades the notebook (``make grade``,
+    Formgrader: nbgrader sets ``NBGRADER_EXECUTION=autograde``). An exploration cell, from which
+    nothing is scored, returns early then instead of spending a submission's grading seconds on
+    its measurements; it runs as usual everywhere else (your kernel, Colab, validate).
+
+    >>> if not skip_while_grading():
+    ...     print(fusion_report(MyModel(), *example_inputs()))
+    """
+    if os.environ.get("NBGRADER_EXECUTION") != "autograde":
+        return False
+    print("Not run while grading: this cell only explores (nothing is scored from it). "
+          "Run it in your own notebook to see its figures.")
+    return True
+
+
+def check(key: str, *objects, **options) -> Evaluation:
+    """Self-check: evaluate and print every verdict with its hint. Returns the evaluation."""
+    evaluation = evaluate(key, *objects, **options)
+    print(evaluation)
+    if evaluation.status == Status.OK and "job" in evaluation.result["checks"] \
+            and not evaluation.with_reference:
+        print("(self-check: the job's total time is compared with eager only; the final grade "
+              "also compares it with the reference's choice, in the same run)")
+    if evaluation.status == Status.OK and "speed" in evaluation.result["checks"]:
+        if evaluation.with_reference:
+            print("(speed measured against the reference solution in the same run)")
+        else:
+            from grader.checks.targets import self_check_target
+
+            floors = self_check_target(evaluation.problem).floors
+            classes = ", ".join(sorted(floors)) or "none"
+            print(f"(self-check: speed compared with the shipped floor for this device class; "
+                  f"floors are shipped for: {classes}; the final grade measures your speedup "
+                  f"against the reference solution)")
+    return dataclasses.replace(evaluation, printed=True)
+
+
+def find_test_cell(grade_id: str) -> TestCell:
+    """The declaration of test cell ``grade_id`` ("ps1-q1-speed" belongs to ps1)."""
+    assignment = grade_id.split("-", 1)[0]
+    cells = test_cells(assignment)
+    if grade_id not in cells:
+        raise KeyError(f"no test cell {grade_id!r} is declared in grader.problems.{assignment}")
+    return cells[grade_id]
+
+
+def run_test(grade_id: str, *objects, **options):
+    """What an autograded test cell runs: the checks its declaration names, measured on the
+    learner's ``objects`` (or, during ``make grade``, the grading pipeline's results for them).
+
+    Prints every verdict the cell depends on. A partial-credit cell returns its points (the
+    cell's value, which nbgrader reads); any other cell raises :class:`CheckFailed` unless it
+    earned its points.
+    """
+    __tracebackhide__ = True
+    shown = _pipeline_results() if not options else None
+    if shown is not None and grade_id in shown.get("cells", {}):
+        score = CellScore.from_dict(shown["cells"][grade_id])
+    else:
+        cell = find_test_cell(grade_id)
+        evaluations = {key: evaluate(key, *objects, **options) for key in cell.problems}
+        score = score_cell(cell, evaluations)
+    print(score.text)
+    if score.partial:
+        return score.points
+    if score.points < score.max_points:
+        raise CheckFailed(score.failure or f"{grade_id} failed")
+    return None

@@ -1,0 +1,133 @@
+"""Where the learner's code comes from: notebook cells, never the learner's live objects.
+
+Speed and fullgraph are measured in a fresh process from the learner's *source*, so what the
+learner's kernel did to ``torch``, the clock or the grader does not travel along.
+
+- In a kernel (self-check, nbgrader test cells): :func:`cells_defining` finds the cell that
+  defined a class or function through ``linecache``, which IPython fills with every cell's text
+  (``inspect.getsource`` of a class defined in a cell is unreliable before Python 3.13).
+- From a file (instructor side): :func:`solution_cells` reads the cells nbgrader marks as
+  solutions in a ``.ipynb``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import linecache
+import re
+from typing import Iterable
+
+
+@dataclasses.dataclass
+class Cell:
+    """One piece of learner code and how to name it in messages ("cell 7")."""
+
+    label: str
+    source: str
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cell":
+        return cls(str(d["label"]), str(d["source"]))
+
+
+_MAGIC = re.compile(r"^\s*[%!]")
+
+
+def strip_magics(source: str) -> str:
+    """Blank out IPython magics and shell escapes (``%timeit``, ``!pip``) so plain Python can
+    execute a cell; line numbers are kept."""
+    return "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
+
+
+def _functions_of(obj) -> Iterable:
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                yield value
+    else:
+        obj = getattr(obj, "__func__", obj)
+        if hasattr(obj, "__code__"):
+            yield obj
+
+
+def cells_defining(*objects) -> list[Cell]:
+    """The text of the cells (or files) that defined ``objects`` (classes or functions), each once,
+    in the order given. Raises ``ValueError`` when an object's source cannot be found."""
+    cells: list[Cell] = []
+    seen: set[str] = set()
+    for obj in objects:
+        found = False
+        for fn in _functions_of(obj):
+            filename = fn.__code__.co_filename
+            lines = linecache.getlines(filename)
+            if not lines:
+                continue
+            found = True
+            if filename not in seen:
+                seen.add(filename)
+                cells.append(Cell(_label_for(filename), "".join(lines)))
+            break
+        if not found:
+            filename = _latest_cell_defining(obj)
+            if filename is not None:
+                found = True
+                if filename not in seen:
+                    seen.add(filename)
+                    cells.append(Cell(_label_for(filename), "".join(linecache.getlines(filename))))
+        if not found:
+            name = getattr(obj, "__name__", repr(obj))
+            raise ValueError(f"cannot find the source of {name}: define it in a notebook cell "
+                             f"or a .py file (not with exec) and run that cell again")
+    return cells
+
+
+def _latest_cell_defining(obj) -> str | None:
+    """For a class with no functions of its own (``class Fixed(Original): pass``, or only
+    attributes): the most recently run cell whose text defines it at top level."""
+    name = getattr(obj, "__name__", None)
+    if not name or getattr(obj, "__module__", None) not in ("__main__", None):
+        return None
+    keyword = "class" if isinstance(obj, type) else "def"
+    pattern = re.compile(rf"^{keyword}\s+{re.escape(name)}\b", re.M)
+    # linecache keeps cells in the order they ran: the last match is the live definition.
+    for filename in reversed(list(linecache.cache)):
+        if pattern.search("".join(linecache.getlines(filename))):
+            return filename
+    return None
+
+
+def _label_for(filename: str) -> str:
+    from grader.checks.breaks import describe_location
+
+    label = describe_location(filename, 1).label
+    return label.rsplit(", line", 1)[0]
+
+
+def solution_cells(notebook_path: str, grade_ids: Iterable[str] | None = None) -> list[Cell]:
+    """The solution cells (nbgrader ``solution: true``) of a notebook, optionally only those with
+    the given ``grade_id``s, labelled "cell N" by their position (1-based).
+
+    Raises ``ValueError`` with a plain message when the file is not a readable notebook.
+    """
+    try:
+        with open(notebook_path, encoding="utf-8") as fh:
+            nb = json.load(fh)
+        raw_cells = nb["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{notebook_path} is not a readable notebook: {exc}") from exc
+    wanted = set(grade_ids) if grade_ids is not None else None
+    cells = []
+    for number, cell in enumerate(raw_cells, start=1):
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        if cell.get("cell_type") != "code" or not meta.get("solution"):
+            continue
+        if wanted is not None and meta.get("grade_id") not in wanted:
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        cells.append(Cell(f"cell {number}", source))
+    return cells

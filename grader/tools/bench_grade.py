@@ -1,0 +1,184 @@
+"""Benchmark of ``make grade``: seconds per submission for each problem set, first submission
+vs later ones, where a submission's seconds go, and throughput with 1 and 2 local workers and
+on a local Ray instance with as many CPUs (``EXECUTOR=ray``: Ray's overhead per task).
+
+    python -m grader.cli bench-grade --out bench-results/bench-grade.md     # make bench-grade
+
+Each run grades a fresh cohort of full solutions (``ada_full`` copies from the demo cohort) in
+its own course folder under ``build/``, through the same pipeline as ``make grade``. Figures
+only; nothing is asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+
+from grader.cohort.demo import build_demo_course
+from grader.cohort.grade import grade
+from grader._paths import REPO_ROOT
+
+REPO = REPO_ROOT
+
+
+def _cohort(students: int) -> dict[str, str]:
+    return {f"s{i:02d}": "ada_full" for i in range(1, students + 1)}
+
+
+def grade_cohort(assignment: str, students: int, workers: int, folder: str,
+                 executor: str = "local"):
+    """Grade ``students`` full solutions of ``assignment`` with ``workers`` (local threads, or
+    the CPUs of a local Ray instance); the run and its seconds (Ray's start included)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    build_demo_course(REPO, [assignment], folder=folder, cohort=_cohort(students))
+    t0 = time.monotonic()
+    if executor == "ray":
+        import ray
+
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=200 * 1024 ** 2)
+    run = grade(folder, [assignment], workers=workers, executor=executor)
+    return run, time.monotonic() - t0
+
+
+# The breakdown's columns: name -> the outcome phases they add up (see grader.isolation.worker's phases and
+# grader.cohort.grade._grade_one).
+PARTS = {
+    "worker start": ("worker start",),
+    "inputs and imports": ("setup",),
+    "compiler warm-up": ("compiler warm-up",),
+    "baseline and reference compile": ("baseline compile", "reference compile", "expected outputs"),
+    "learner cells": ("learner cells",),
+    "checks (without speed)": ("check correctness", "check fullgraph", "check breaks",
+                               "check recompiles", "check fusion"),
+    "speed and job timing": ("check speed", "check job"),
+    "nbgrader run of the notebook": ("nbgrader autograde",),
+}
+PARTS_HELP = ("worker start = sandbox, interpreter and imports until the worker reads its job; "
+              "inputs and imports = building the inputs and the baseline model (and unpacking "
+              "the prepared cache); compiler warm-up = Inductor's first compile in the process; "
+              "speed and job timing include compiling the learner's code; nbgrader run = "
+              "nbgrader autograde with its kernel (the notebook's cells, for the feedback); "
+              "total = the whole submission, copies and merge included.")
+
+
+def _part(outcome, part: str) -> float:
+    return sum(outcome.phases.get(name, 0.0) for name in PARTS[part])
+
+
+COURSE_STUDENTS, COURSE_SETS = 500, 5
+
+
+def _estimate(rows: list, worker_counts: list[int], students: int) -> str:
+    """The wall time of grading a whole course, from this run's measured figures."""
+    local = {(r[0], r[2]): r for r in rows if r[1] == "local"}
+    sets = sorted({r[0] for r in rows})
+    per_submission = [float(local[(a, worker_counts[0])][5]) for a in sets
+                      if (a, worker_counts[0]) in local and local[(a, worker_counts[0])][5] != "-"]
+    if not per_submission:
+        return ""
+    mean_s = statistics.mean(per_submission)
+    best = max(worker_counts)
+    rates = [float(local[(a, best)][8]) / float(local[(a, worker_counts[0])][8]) for a in sets
+             if (a, best) in local and (a, worker_counts[0]) in local]
+    gain = statistics.mean(rates) if rates else 1.0
+    total = COURSE_STUDENTS * COURSE_SETS
+    per_node_hour = 3600 / mean_s * gain
+    lines = [f"\n## Estimate: {COURSE_STUDENTS} students x {COURSE_SETS} problem sets\n",
+             f"{total:,} submissions; measured here: {mean_s:.1f} s per later submission with "
+             f"{worker_counts[0]} worker (mean over {', '.join(sets)}), and {best} workers on this "
+             f"{os.cpu_count()}-core machine grade {gain:.2f}x as many per minute, so one such "
+             f"machine grades {per_node_hour:.0f} submissions an hour. Wall time = "
+             f"{total:,} / (nodes x {per_node_hour:.0f}) hours, plus the once-per-run "
+             f"preparation (the 'prepare s' column, per set) and Ray's overhead per submission "
+             f"(its column) divided by the tasks running at once:\n",
+             "| nodes like this one | wall time |", "|---|---|"]
+    for nodes in (1, 10, 50):
+        hours = total / (nodes * per_node_hour)
+        lines.append(f"| {nodes} | {hours:.1f} h ({hours * 60:.0f} min) |")
+    lines.append("\nOn GPU nodes each task holds one whole GPU: the wall time is the submissions "
+                 "times the seconds per submission there, divided by the number of GPUs; this "
+                 "file has no GPU figure until `make bench-grade` runs on one.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--assignment", action="append", default=None,
+                        help="problem set to measure (repeatable; default: all in source/)")
+    parser.add_argument("--students", type=int, default=3,
+                        help="submissions per cohort (full solutions)")
+    parser.add_argument("--workers", default="1,2", help="comma list of worker counts to compare")
+    parser.add_argument("--executors", default="local,ray",
+                        help="comma list: local (worker threads) and/or ray (a local Ray instance)")
+    parser.add_argument("--out", default="bench-results/bench-grade.md", help="markdown file to write")
+    args = parser.parse_args(argv)
+    assignments = args.assignment or sorted(
+        d for d in os.listdir(os.path.join(REPO, "source"))
+        if os.path.isdir(os.path.join(REPO, "source", d)))
+    worker_counts = [int(w) for w in args.workers.split(",")]
+    executors = args.executors.split(",")
+    rows, breakdown, totals = [], [], {}
+    for assignment in assignments:
+        for executor in executors:
+            for workers in worker_counts:
+                folder = os.path.join(REPO, "build", f"bench-grade-{assignment}-{executor}{workers}")
+                run, total = grade_cohort(assignment, args.students, workers, folder, executor)
+                totals[(assignment, executor, workers)] = total
+                graded = sorted((o for o in run.outcomes if o.status == "graded"),
+                                key=lambda o: o.submission.student)
+                seconds = [o.seconds for o in graded]
+                scores = sorted({f"{o.score:g}/{o.max_score:g}" for o in run.outcomes})
+                if executor == executors[0] and workers == worker_counts[0]:
+                    later = graded[1:] or graded
+                    breakdown.append([assignment, f"{run.prepare_seconds:.1f}"]
+                                     + [f"{statistics.median(_part(o, part) for o in later):.1f}"
+                                        if later else "-" for part in PARTS]
+                                     + [f"{statistics.median(o.seconds for o in later):.1f}"
+                                        if later else "-"])
+                overhead = "-"
+                if executor == "ray" and ("local", workers) in {(e, w) for (_, e, w) in totals}:
+                    # Ray's extra wall time over local workers, per submission (its start included)
+                    local = totals[(assignment, "local", workers)]
+                    overhead = f"{(total - local) / max(1, len(run.outcomes)):.1f}"
+                rows.append([assignment, executor, workers, len(run.outcomes),
+                             f"{seconds[0]:.0f}" if seconds else "-",
+                             f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
+                             f"{run.prepare_seconds:.0f}", f"{total:.0f}",
+                             f"{60 * len(run.outcomes) / total:.2f}", overhead, ", ".join(scores)])
+                shutil.rmtree(folder, ignore_errors=True)
+    header = ["problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
+              "later s/submission (median)", "prepare s (once)", "total s", "submissions/min",
+              "Ray overhead s/submission", "scores"]
+    table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                      + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    parts_header = ["problem set", "prepared once per run"] + list(PARTS) + ["total"]
+    parts_table = "\n".join(["| " + " | ".join(parts_header) + " |", "|" + "---|" * len(parts_header)]
+                            + ["| " + " | ".join(r) + " |" for r in breakdown])
+    text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}\n\nEach submission is graded in its own course copy "
+            f"with its own Inductor cache (isolation); what later submissions share is the "
+            f"baseline and reference, compiled once per run before anyone is graded (their cache "
+            f"travels to each worker as data and is removed before learner code runs). Ray rows: "
+            f"a local Ray instance with that many CPUs, one task per submission; its overhead is "
+            f"its extra wall time over local workers (Ray's start included), per submission."
+            f"\n\n{table}\n\n"
+            f"## Where a submission's seconds go\n\nMedian seconds per later submission "
+            f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
+            f"worker each): {PARTS_HELP}\n\n{parts_table}\n")
+    text += _estimate(rows, worker_counts, args.students)
+    print("\n" + text)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as fh:
+        fh.write(text)
+    print(f"written: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
