@@ -2,7 +2,7 @@
 
 Instructor side only: this file lives in source/, which students never get, because these are
 the reference solutions with small changes. `make grade` builds the demo cohort from it (with
-the release notebooks and the reference solutions) when submitted/ is empty; see grader/demo.py.
+the release notebooks and the reference solutions) when submitted/ is empty; see grader/cohort/demo.py.
 Personas: "partial" (half done), "slow" (correct, one graph, wasted work), "wrong" (fast, wrong).
 """
 

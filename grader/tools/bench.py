@@ -150,7 +150,7 @@ def bench_stability(device: str, repeats: int, size: str) -> str:
 
 def calibrate_floors(device: str, fraction: float = 0.8) -> str:
     """Measure every problem's reference solution and write its floor for this device class
-    into grader/floors.json (floor = ``fraction`` x the reference's measured speedup)."""
+    into grader/checks/floors.json (floor = ``fraction`` x the reference's measured speedup)."""
     from grader.isolation.check import evaluate, reference_cells
     from grader.problems import get_problem
     from grader.checks.targets import FLOORS_FILE
