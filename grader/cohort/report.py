@@ -8,6 +8,17 @@ import html
 import io
 import json
 import os
+from typing import NamedTuple
+
+
+class SpeedPoint(NamedTuple):
+    """One learner's measured speedup on one problem, as the report plots it."""
+
+    student: str
+    problem: str
+    learner: float
+    reference: float | None
+    verdict: str | None
 
 
 def _load(course: str, student: str, assignment: str, name: str, empty):
@@ -29,8 +40,10 @@ def _results(course: str, student: str, assignment: str) -> list[dict]:
 
 
 def collect(course: str, outcomes) -> dict:
-    """Per assignment: scores, (student, problem, learner speedup, reference speedup, verdict),
-    and graph-break causes counted once per student and problem."""
+    """Per assignment: scores, :class:`SpeedPoint` s, and graph-break causes counted once per
+    student and problem."""
+    from grader.cohort.grade import DISAGREEMENTS_FILE
+
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
                                                   "not_graded": [], "disagreed": []})
@@ -41,8 +54,6 @@ def collect(course: str, outcomes) -> dict:
         d["max"] = max(d["max"], o.max_score)
         if o.reason:
             d["not_graded"].append((sub.student, o.reason.splitlines()[0]))
-        from grader.cohort.grade import DISAGREEMENTS_FILE
-
         for row in _load(course, sub.student, sub.assignment, DISAGREEMENTS_FILE, []):
             d["disagreed"].append((sub.student, row.get("grade_id"), row.get("kernel_points"),
                                    row.get("points")))
@@ -52,8 +63,9 @@ def collect(course: str, outcomes) -> dict:
             sp = speed.get("speedups", {})
             if "learner" in sp and (sub.student, r["problem"]) not in seen:
                 seen.add((sub.student, r["problem"]))
-                d["speedups"].append((sub.student, r["problem"], sp["learner"]["median"],
-                                      sp.get("reference", {}).get("median"), speed.get("verdict")))
+                d["speedups"].append(SpeedPoint(sub.student, r["problem"], sp["learner"]["median"],
+                                                sp.get("reference", {}).get("median"),
+                                                speed.get("verdict")))
             for name in ("fullgraph", "breaks"):
                 for b in r.get("checks", {}).get(name, {}).get("breaks", []):
                     key = (sub.student, r["problem"], b["cause"])
@@ -83,11 +95,12 @@ def _figure(assignment: str, d: dict) -> bytes:
            ylabel="students")
     ax = axes[1]
     if d["speedups"]:
-        labels = [f"{s}\n{p.split('.', 1)[1]}" for s, p, *_ in d["speedups"]]
-        values = [v for _, _, v, _, _ in d["speedups"]]
+        points = d["speedups"]
+        labels = [f"{p.student}\n{p.problem.split('.', 1)[1]}" for p in points]
+        values = [p.learner for p in points]
         colors = {"pass": "#55a868", "fail": "#c44e52", "inconclusive": "#dd8452"}
-        ax.bar(range(len(values)), values, color=[colors.get(v[4], "grey") for v in d["speedups"]])
-        refs = [r for *_, r, _ in d["speedups"] if r]
+        ax.bar(range(len(values)), values, color=[colors.get(p.verdict, "grey") for p in points])
+        refs = [p.reference for p in points if p.reference]
         if refs:
             ax.axhline(sorted(refs)[len(refs) // 2], ls="--", color="black", label="reference (median)")
             ax.legend(fontsize=8)
