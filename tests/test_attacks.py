@@ -19,7 +19,7 @@ import subprocess
 import nbformat
 import pytest
 
-from grader import demo
+from grader.cohort import demo
 from grader.cohort.grade import DISAGREEMENTS_FILE, grade
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import models
-from grader import _torch_internals as ti
+from grader.checks import _torch_internals as ti
 from grader import breaks
 from grader.checks.breaks import classify, fullgraph_check, graph_break_report
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from grader import assign, demo
+from grader.cohort import assign, demo
 from grader.cohort.grade import MARKER, grade, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from grader import sandbox
+from grader.isolation import sandbox
 from grader.cohort.gradescope import build_autograder, cell_info, find_submission_notebook
 from grader.problems import test_cells as declared_test_cells
 

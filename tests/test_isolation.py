@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from grader import _torch_internals as ti
+from grader.checks import _torch_internals as ti
 from grader.isolation.check import CheckFailed, evaluate
 from grader.isolation.source import Cell
 
@@ -83,7 +83,8 @@ def test_a_prepared_reference_gives_the_same_verdicts_and_is_gone_before_learner
     # make grade compiles the baseline and reference once per run (check.prepare) and sends
     # their compiler cache to each submission's worker, which unpacks it, compiles from it and
     # removes it before any learner code runs.
-    from grader import check, isolate, verify
+    from grader import check
+    from grader.isolation import isolate, verify
     from grader.problems import get_problem
 
     prepared = check.prepare("fx.q1", course_root=course_with_reference,
@@ -204,7 +205,7 @@ def test_the_static_check_refuses_each_cheat_before_anything_runs(cheat, replace
 def test_the_snapshot_catches_each_cheat_the_static_check_would_miss(cheat, replaced):
     # The worker itself, with its static check turned off (only the trusted parent can):
     # the snapshot taken before the learner's code and compared after it still catches it.
-    from grader import isolate, verify
+    from grader.isolation import isolate, verify
     from grader.problems import get_problem
 
     spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
@@ -219,7 +220,7 @@ def test_the_snapshot_catches_each_cheat_the_static_check_would_miss(cheat, repl
 
 def test_a_change_made_while_being_timed_is_caught_after_that_check():
     # The snapshot is compared after every call into learner code, not only after loading.
-    from grader import isolate
+    from grader.isolation import isolate
 
     source = GOOD.replace("        y = torch.sin(x) * self.scale",
                           "        torch.Tensor.sum = torch.Tensor.mean\n"
@@ -284,7 +285,7 @@ def test_memoising_only_after_warmup_earns_no_speed():
 def _unscreened(source: str, checks=("correctness",), timeout_s: float = 60) -> dict:
     """The worker on ``source`` with its static check off (only the trusted parent can turn
     it off): to test the containment behind the static check."""
-    from grader import isolate
+    from grader.isolation import isolate
 
     spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
             "learner_cells": [{"label": "cell 5", "source": source}], "reference_cells": None,
@@ -325,7 +326,7 @@ def test_a_leftover_process_does_not_outlive_the_submission():
                   f"    if os.fork() == 0:\n"
                   f"        os.execv('/bin/sleep', ['sleep', {tag!r}])\n"
                   f"    os._exit(0)\n")
-        from grader import isolate
+        from grader.isolation import isolate
 
         spec = {"problem": "fx.q1", "problem_module": "fixture_problems", "static_check": False,
                 "learner_cells": [{"label": "cell 5", "source": source + GOOD}],
@@ -371,7 +372,7 @@ def test_functions_dynamo_adds_or_removes_are_not_tampering():
     import threading
 
 
-    from grader import worker
+    from grader.isolation import worker
 
     threads = {t.ident for t in threading.enumerate()}
     ti.__dict__["__compiled_fn_1_test"] = lambda: None

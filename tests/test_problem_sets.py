@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from grader import assign
+from grader.cohort import assign
 
 ROOT = assign.COURSE_ROOT
 PROBLEM_SETS = ["ps1", "ps2", "ps3", "ps4", "ps5", "ps6"]

@@ -12,7 +12,8 @@ import time
 
 from ray.cluster_utils import Cluster
 
-from grader import distributed, sandbox
+from grader.cohort import distributed
+from grader.isolation import sandbox
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import models
-from grader import _torch_internals as ti
+from grader.checks import _torch_internals as ti
 from grader.checks.recompiles import explain_guard_failure, recompile_check
 
 DTYPES = [torch.float32, torch.float64, torch.float16]

@@ -2,7 +2,7 @@
 result."""
 import json
 
-from grader import results
+from grader.checks import results
 from grader.checks.results import CHECK_TITLES, CHECKS, PROCESS_FAILURES, WORKER_STATUSES, Status
 
 
@@ -19,9 +19,35 @@ def test_a_status_travels_in_json_as_its_value_and_compares_with_what_comes_back
 
 
 def test_one_registry_gives_the_checks_their_order_and_titles_everywhere():
-    from grader import check, problems, worker
+    from grader import check, problems
+    from grader.isolation import worker
 
     assert CHECKS == tuple(c.name for c in results.REGISTRY)
     assert tuple(worker.CHECK_FUNCTIONS) == CHECKS        # the order the worker runs them in
     assert problems.CHECKS is CHECKS and check.CHECK_TITLES is CHECK_TITLES
     assert set(CHECK_TITLES) == set(CHECKS) and all(CHECK_TITLES.values())
+
+
+def test_a_problem_result_reads_and_writes_the_json_the_worker_sends():
+    from grader.checks.results import CheckOutcome, ProblemResult
+
+    raw = {"status": "ok", "problem": "ps1.q1", "device": "cpu", "device_class": "cpu",
+           "checks": {"correctness": {"ok": True, "message": "match", "checked": 3},
+                      "speed": {"ok": False, "verdict": "inconclusive", "message": "noisy",
+                                "speedups": {"learner": {"median": 1.4}}}},
+           "phases": {"worker start": 1.0}, "sandbox": "bwrap"}
+    result = ProblemResult.from_dict(raw)
+    assert result.status == Status.OK and result.extra == {"phases": {"worker start": 1.0},
+                                                          "sandbox": "bwrap"}
+    speed = result.outcome("speed")
+    assert isinstance(speed, CheckOutcome) and speed.final_verdict == "inconclusive"
+    assert speed["speedups"]["learner"]["median"] == 1.4 and speed.get("missing", 0) == 0
+    assert result.outcome("correctness").final_verdict == "pass"
+    assert result.outcome("fusion").message == "fusion was not checked"
+    back = result.to_dict()
+    assert back["checks"] == {name: {**out} for name, out in raw["checks"].items()}
+    assert json.loads(json.dumps(back)) == back
+    refused = ProblemResult.from_dict({"status": "refused", "problem": "ps1.q1",
+                                       "message": "line 3 reads a file"})
+    assert refused.outcome("speed").ok is False
+    assert refused.outcome("speed").message == "line 3 reads a file"

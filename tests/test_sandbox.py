@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from grader import sandbox
+from grader.isolation import sandbox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,7 +101,7 @@ def test_a_timeout_kills_the_whole_sandbox():
 
 
 def test_when_the_sandbox_cannot_run_real_submissions_are_not_graded(tmp_path, monkeypatch):
-    from grader import demo
+    from grader.cohort import demo
     from grader.cohort.grade import Run, choose_isolation
 
     monkeypatch.setattr(sandbox.shutil, "which",

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from grader import assign, demo
+from grader.cohort import assign, demo
 from grader.isolation.source import Cell, solution_cells
 from grader.isolation.static_check import check_cells, describe
 

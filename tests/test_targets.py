@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import FakeClock, pool
-from grader import targets
+from grader.checks import targets
 from grader.checks.targets import SpeedTarget, SpeedVerdict, device_class, judge_speed
 
 BASE, REF = 2.0 ** -6, 2.0 ** -7          # the reference is 2x faster than the baseline

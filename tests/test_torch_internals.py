@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import models
-from grader import _torch_internals as ti
+from grader.checks import _torch_internals as ti
 
 
 def _breaks_once(x):
@@ -321,7 +321,7 @@ def test_warm_up_in_the_current_cache_leaves_the_toolchain_probes_there(tmp_path
     import subprocess
     import sys
 
-    code = ("import torch; from grader import _torch_internals as ti; "
+    code = ("import torch; from grader.checks import _torch_internals as ti; "
             "ti.warm_inductor('cpu', fresh=False)")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True)

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from grader import targets
+from grader.checks import targets
 from grader.problems import get_problem
 from grader.isolation.verify import Rejected, authenticate, verify
 

@@ -59,3 +59,79 @@ REGISTRY: tuple[Check, ...] = (
 )
 CHECKS: tuple[str, ...] = tuple(c.name for c in REGISTRY)
 CHECK_TITLES: dict[str, str] = {c.name: c.title for c in REGISTRY}
+
+
+@dataclasses.dataclass
+class CheckOutcome:
+    """What one check reported: passed or not, the learner-facing message, the verdict of a
+    timed check ('pass', 'fail', 'inconclusive'), and the figures it measured (``details``:
+    speedups, samples, graph counts, breaks ...). Reads like the JSON it came from too
+    (``outcome["with_reference"]``, ``outcome.get("speedups")``)."""
+
+    ok: bool
+    message: str = ""
+    verdict: str | None = None
+    details: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CheckOutcome":
+        rest = {k: v for k, v in d.items() if k not in ("ok", "message", "verdict")}
+        return cls(bool(d.get("ok")), str(d.get("message", "")), d.get("verdict"), rest)
+
+    def to_dict(self) -> dict:
+        out = {"ok": self.ok, "message": self.message, **self.details}
+        if self.verdict is not None:
+            out["verdict"] = self.verdict
+        return out
+
+    @property
+    def final_verdict(self) -> str:
+        """The verdict, or pass/fail for a check that only says ok."""
+        return self.verdict or ("pass" if self.ok else "fail")
+
+    def get(self, key: str, default=None):
+        return self.to_dict().get(key, default)
+
+    def __getitem__(self, key: str):
+        return self.to_dict()[key]
+
+
+@dataclasses.dataclass
+class ProblemResult:
+    """One problem's result: the worker writes it as JSON (:meth:`to_dict`), :mod:`grader.
+    isolation.verify` checks that JSON, and whatever reads a result reads it through
+    :meth:`from_dict`. ``extra`` keeps what the grader's own bookkeeping adds (phases, sandbox,
+    the worker's output tail, seconds)."""
+
+    status: str
+    problem: str = ""
+    message: str = ""
+    device: str = ""
+    device_class: str = ""
+    checks: dict[str, CheckOutcome] = dataclasses.field(default_factory=dict)
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    _FIELDS = ("status", "problem", "message", "device", "device_class", "checks")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ProblemResult":
+        checks = {name: CheckOutcome.from_dict(out) for name, out in (d.get("checks") or {}).items()}
+        return cls(d.get("status", Status.GRADER_ERROR), str(d.get("problem", "")),
+                   str(d.get("message", "")), str(d.get("device", "")),
+                   str(d.get("device_class", "")), checks,
+                   {k: v for k, v in d.items() if k not in cls._FIELDS})
+
+    def to_dict(self) -> dict:
+        out = {"status": self.status, "problem": self.problem, **self.extra}
+        for name in ("message", "device", "device_class"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        if self.checks or self.status == Status.OK:
+            out["checks"] = {name: c.to_dict() for name, c in self.checks.items()}
+        return out
+
+    def outcome(self, name: str) -> CheckOutcome:
+        """The check ``name``; a result that is not OK fails every check with its message."""
+        if self.status != Status.OK:
+            return CheckOutcome(False, self.message or str(self.status))
+        return self.checks.get(name) or CheckOutcome(False, f"{name} was not checked")

@@ -10,6 +10,8 @@ import json
 import os
 from typing import NamedTuple
 
+from grader.checks.results import ProblemResult
+
 
 class SpeedPoint(NamedTuple):
     """One learner's measured speedup on one problem, as the report plots it."""
@@ -30,13 +32,13 @@ def _load(course: str, student: str, assignment: str, name: str, empty):
         return empty
 
 
-def _results(course: str, student: str, assignment: str) -> list[dict]:
+def _results(course: str, student: str, assignment: str) -> list[ProblemResult]:
     """The grading pipeline's result for each problem of a submission (written by the trusted
     process, never by the notebook's kernel)."""
     from grader.cohort.grade import RESULTS_FILE
 
     problems = _load(course, student, assignment, RESULTS_FILE, {}).get("problems", {})
-    return [{"problem": key, **result} for key, result in problems.items()]
+    return [ProblemResult.from_dict({**result, "problem": key}) for key, result in problems.items()]
 
 
 def collect(course: str, outcomes) -> dict:
@@ -59,16 +61,17 @@ def collect(course: str, outcomes) -> dict:
                                    row.get("points")))
         seen = set()
         for r in _results(course, sub.student, sub.assignment):
-            speed = r.get("checks", {}).get("speed", {})
-            sp = speed.get("speedups", {})
-            if "learner" in sp and (sub.student, r["problem"]) not in seen:
-                seen.add((sub.student, r["problem"]))
-                d["speedups"].append(SpeedPoint(sub.student, r["problem"], sp["learner"]["median"],
+            speed = r.checks.get("speed")
+            sp = speed.details.get("speedups", {}) if speed else {}
+            if "learner" in sp and (sub.student, r.problem) not in seen:
+                seen.add((sub.student, r.problem))
+                d["speedups"].append(SpeedPoint(sub.student, r.problem, sp["learner"]["median"],
                                                 sp.get("reference", {}).get("median"),
-                                                speed.get("verdict")))
+                                                speed.verdict))
             for name in ("fullgraph", "breaks"):
-                for b in r.get("checks", {}).get(name, {}).get("breaks", []):
-                    key = (sub.student, r["problem"], b["cause"])
+                outcome = r.checks.get(name)
+                for b in outcome.details.get("breaks", []) if outcome else []:
+                    key = (sub.student, r.problem, b["cause"])
                     if key not in seen:
                         seen.add(key)
                         d["causes"][b["cause"]] += 1

@@ -20,13 +20,14 @@ kernel then only *shows* those results: ``COURSE_PIPELINE_RESULTS`` names the fi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 from typing import Iterable
 
 from grader.problems import Problem, TestCell, get_problem, test_cells
-from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, Status
+from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
 from grader.isolation.source import Cell, cells_defining, solution_cells
 
 PIPELINE_RESULTS_ENV = "COURSE_PIPELINE_RESULTS"
@@ -46,32 +47,34 @@ class Evaluation:
     result: dict
     printed: bool = False  # check() printed it already: displaying it again shows one line
 
+    @functools.cached_property
+    def parsed(self) -> ProblemResult:
+        """The result, typed (the dict is what the worker wrote and verify checked)."""
+        return ProblemResult.from_dict(self.result)
+
     @property
     def status(self) -> str:
-        return self.result.get("status", Status.GRADER_ERROR)
+        return self.parsed.status
 
     @property
     def with_reference(self) -> bool:
-        checks = self.result.get("checks", {})
-        return any(bool(checks.get(name, {}).get("with_reference")) for name in ("speed", "job"))
+        return any(bool(self.parsed.checks[name].details.get("with_reference"))
+                   for name in ("speed", "job") if name in self.parsed.checks)
 
-    def outcome(self, name: str) -> dict:
-        if self.status != Status.OK:
-            return {"ok": False, "message": self.result.get("message", self.status)}
-        return self.result["checks"].get(name, {"ok": False, "message": f"{name} was not checked"})
+    def outcome(self, name: str) -> CheckOutcome:
+        return self.parsed.outcome(name)
 
     def ok(self, name: str) -> bool:
-        return bool(self.outcome(name).get("ok"))
+        return self.outcome(name).ok
 
     def verdict(self, name: str) -> str:
-        out = self.outcome(name)
-        return out.get("verdict") or ("pass" if out.get("ok") else "fail")
+        return self.outcome(name).final_verdict
 
     def message(self, name: str) -> str:
         out = self.outcome(name)
-        text = out.get("message", "")
+        text = out.message
         hint = self.problem.hints.get(name)
-        if not out.get("ok") and hint and out.get("verdict") != "inconclusive" and self.status == Status.OK:
+        if not out.ok and hint and out.verdict != "inconclusive" and self.status == Status.OK:
             text += f"\nhint: {hint}"
         return text
 
@@ -103,15 +106,15 @@ class Evaluation:
 
     def __str__(self) -> str:
         if self.status != Status.OK:
-            return f"[FAIL] {self.problem.key}: {self.result.get('message', self.status)}"
-        return "\n".join(self.line(name) for name in self.result["checks"])
+            return f"[FAIL] {self.problem.key}: {self.parsed.message or self.status}"
+        return "\n".join(self.line(name) for name in self.parsed.checks)
 
     def summary(self) -> str:
         """One line: each check's verdict."""
         if self.status != Status.OK:
             return f"{self.problem.key}: {self.status}"
         return f"{self.problem.key}: " + ", ".join(
-            f"{name} {self.verdict(name)}" for name in self.result["checks"])
+            f"{name} {self.verdict(name)}" for name in self.parsed.checks)
 
     def _repr_pretty_(self, p, cycle) -> None:
         p.text(f"<{self.summary()}>" if self.printed else str(self))
@@ -343,11 +346,11 @@ def check(key: str, *objects, **options) -> Evaluation:
     """Self-check: evaluate and print every verdict with its hint. Returns the evaluation."""
     evaluation = evaluate(key, *objects, **options)
     print(evaluation)
-    if evaluation.status == Status.OK and "job" in evaluation.result["checks"] \
+    if evaluation.status == Status.OK and "job" in evaluation.parsed.checks \
             and not evaluation.with_reference:
         print("(self-check: the job's total time is compared with eager only; the final grade "
               "also compares it with the reference's choice, in the same run)")
-    if evaluation.status == Status.OK and "speed" in evaluation.result["checks"]:
+    if evaluation.status == Status.OK and "speed" in evaluation.parsed.checks:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")
         else:

@@ -57,7 +57,7 @@ from grader.checks import breaks, correctness, fusion, recompiles, targets, timi
 from grader.isolation import static_check
 from grader.isolation import check as _check_api  # noqa: F401  (imported so that the snapshot covers it too)
 from grader.problems import NO_COMPILE, Problem, get_problem, seeded_generator
-from grader.checks.results import CHECKS, Status
+from grader.checks.results import CHECKS, CheckOutcome, ProblemResult, Status
 from grader.isolation.sandbox import pack_folder, unpack_folder
 from grader.isolation.source import Cell, strip_magics
 
@@ -545,8 +545,8 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
         # One thread per timed CPU measurement: far steadier ratios (docs/design.md).
         torch.set_num_threads(1)
     checks = [c for c in problem.checks if c in spec.get("checks", problem.checks)]
-    result: dict = {"status": Status.OK, "problem": problem.key, "device": device,
-                    "device_class": targets.device_class(device), "checks": {}}
+    result = ProblemResult(Status.OK, problem.key, device=device,
+                           device_class=targets.device_class(device))
     session = _prepare(spec, problem, device, checks, phases=phases)
     mark[0] = time.monotonic()
     learner_cells = [Cell.from_dict(c) for c in spec.pop("learner_cells")]
@@ -556,8 +556,7 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
     refusals = static_check.check_cells(learner_cells, problem.allowed_config) \
         if spec.get("static_check", True) else []
     if refusals:
-        result.update(status=Status.REFUSED, message=static_check.describe(refusals))
-        return result
+        return _stopped(result, Status.REFUSED, static_check.describe(refusals))
     allowed = frozenset(problem.allowed_config)
     ti.install_dynamo_hooks()
     guard = Guard(snapshot(allowed), {t.ident for t in threading.enumerate()}, allowed)
@@ -567,23 +566,20 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
             exec_cells(learner_cells, namespace)
         except BaseException as exc:  # SystemExit too: a learner's exit() is their error, not ours
             guard.check()
-            result.update(status=Status.LEARNER_ERROR,
-                          message=f"your code raised while it was being loaded: {_learner_traceback(exc)}")
-            return result
+            return _stopped(result, Status.LEARNER_ERROR,
+                            f"your code raised while it was being loaded: {_learner_traceback(exc)}")
         guard.check()
         if problem.entry not in namespace:
-            result.update(status=Status.LEARNER_ERROR,
-                          message=f"your solution must define `{problem.entry}`")
-            return result
+            return _stopped(result, Status.LEARNER_ERROR,
+                            f"your solution must define `{problem.entry}`")
         entry = namespace[problem.entry]
         try:
             session.learner_model = problem.instantiate(entry, session.base_model, device)
             session.compile_kwargs = problem.compile_kwargs(entry)
         except Exception as exc:
             guard.check()
-            result.update(status=Status.LEARNER_ERROR,
-                          message=f"could not build `{problem.entry}`: {_learner_traceback(exc)}")
-            return result
+            return _stopped(result, Status.LEARNER_ERROR,
+                            f"could not build `{problem.entry}`: {_learner_traceback(exc)}")
         guard.check()
         session.learner_eager = problem.graded_call(session.learner_model)
         session.learner_traced = problem.traced_call(session.learner_model)
@@ -595,13 +591,18 @@ def run_checks(spec: dict, phases: dict | None = None) -> dict:
                     guard.check()
                     lap(f"check {name}")
     except Tampered as exc:
-        result.update(status=Status.TAMPERED, checks={},
-                      message=f"your code replaced or hooked functions the grader relies on "
-                              f"({exc}); nothing was credited")
-        return result
-    result["checks"] = session.results
-    result["seconds"] = time.monotonic() - started
-    return result
+        return _stopped(result, Status.TAMPERED,
+                        f"your code replaced or hooked functions the grader relies on ({exc}); "
+                        f"nothing was credited")
+    result.checks = {name: CheckOutcome.from_dict(out) for name, out in session.results.items()}
+    result.extra["seconds"] = time.monotonic() - started
+    return result.to_dict()
+
+
+def _stopped(result: ProblemResult, status: Status, message: str) -> dict:
+    """The result of a problem whose checks did not run (or are void): why, and nothing else."""
+    result.status, result.message, result.checks = status, message, {}
+    return result.to_dict()
 
 
 # ---------------------------------------------------------------------------------------------

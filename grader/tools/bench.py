@@ -171,10 +171,10 @@ def calibrate_floors(device: str, fraction: float = 0.8) -> str:
             cells = reference_cells(problem, root)
             _progress(f"calibrating {key}")
             ev = evaluate(key, cells=cells, reference="off", device=device, course_root=root)
-            speed = ev.result.get("checks", {}).get("speed", {})
-            med = speed.get("speedups", {}).get("learner", {}).get("median")
+            speed = ev.outcome("speed")
+            med = speed.details.get("speedups", {}).get("learner", {}).get("median")
             if med is None:
-                rows.append([key, "-", "-", ev.result.get("message", "no figure")])
+                rows.append([key, "-", "-", speed.message or "no figure"])
                 continue
             floor = max(1.0, round(med * fraction, 2))
             floors.setdefault(key, {})[dev] = floor
