@@ -6,20 +6,20 @@ with the timed checks left out (seconds, not a minute).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from grader.checks.breaks import graph_break_report
 from grader.isolation.check import evaluate
 from grader.problems import get_problem, training_step
 from grader.problems.ps5 import IGNORE, Classifier, example_inputs
-from grader.isolation.source import Cell
+from grader.isolation.source import Cell, solution_cells
 
-REFERENCE = '''class FastClassifier(Classifier):
-    def forward(self, x, y):
-        h = self.block(self.fc1, self.ln1, x)
-        h = self.block(self.fc2, self.ln2, h)
-        return F.cross_entropy(self.head(h), y, ignore_index=IGNORE, label_smoothing=0.1)
-'''
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The reference solution, as the source notebook has it.
+[_CELL] = solution_cells(os.path.join(ROOT, "source", "ps5", "ps5.ipynb"), ["ps5-q1-solution"])
+REFERENCE = _CELL.source
 
 
 def _fast_classifier():

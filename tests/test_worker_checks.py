@@ -2,16 +2,21 @@
 subprocess (grading runs them in the sandboxed worker; here they run in-process on ps5)."""
 from __future__ import annotations
 
+import os
+
 from grader.isolation import worker
 from grader.problems import get_problem, seeded_generator
 from grader.problems import ps5
+from grader.isolation.source import solution_cells
 
 
-class FastClassifier(ps5.Classifier):
-    def forward(self, x, y):
-        h = self.block(self.fc1, self.ln1, x)
-        h = self.block(self.fc2, self.ln2, h)
-        return ps5.F.cross_entropy(self.head(h), y, ignore_index=ps5.IGNORE, label_smoothing=0.1)
+def _fast_classifier():
+    """The reference solution's class, as the source notebook has it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    [cell] = solution_cells(os.path.join(root, "source", "ps5", "ps5.ipynb"), ["ps5-q1-solution"])
+    namespace = dict(vars(ps5))
+    exec(cell.source, namespace)
+    return namespace["FastClassifier"]
 
 
 def _session(entry) -> worker.Session:
@@ -29,7 +34,7 @@ def _session(entry) -> worker.Session:
 
 
 def test_the_checks_run_in_process_on_a_session():
-    fixed, original = _session(FastClassifier), _session(ps5.Classifier)
+    fixed, original = _session(_fast_classifier()), _session(ps5.Classifier)
     for name in ("correctness", "fullgraph", "breaks", "recompiles"):
         assert worker.CHECK_FUNCTIONS[name](fixed)["ok"], name
     assert worker.check_correctness(original)["ok"]          # the same maths

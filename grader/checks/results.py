@@ -90,10 +90,15 @@ class CheckOutcome:
         return self.verdict or ("pass" if self.ok else "fail")
 
     def get(self, key: str, default=None):
-        return self.to_dict().get(key, default)
+        try:
+            return self[key]
+        except KeyError:
+            return default
 
     def __getitem__(self, key: str):
-        return self.to_dict()[key]
+        if key in ("ok", "message") or (key == "verdict" and self.verdict is not None):
+            return getattr(self, key)
+        return self.details[key]
 
 
 @dataclasses.dataclass

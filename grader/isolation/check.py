@@ -1,6 +1,7 @@
 """Check a learner's solution to a problem: the API that test cells and self-check call.
 
 >>> from grader.problems.ps1 import *
+>>> from grader.check import check, run_test
 >>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
 >>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 
@@ -32,7 +33,6 @@ from grader.isolation.source import Cell, cells_defining, solution_cells
 
 PIPELINE_RESULTS_ENV = "COURSE_PIPELINE_RESULTS"
 _RESULTS: dict[str, "Evaluation"] = {}
-
 
 
 class CheckFailed(AssertionError):

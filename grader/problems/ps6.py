@@ -105,23 +105,35 @@ def _step_tokens(tokens: torch.Tensor, t: int) -> torch.Tensor:
     return tokens[:, t].clone(memory_format=torch.contiguous_format)
 
 
+def _padded(tokens: torch.Tensor, length: int) -> torch.Tensor:
+    """``tokens`` ([B, <= length]) in the top rows of a ``[MAX_BATCH, length]`` block of zeros:
+    one shape for every batch size."""
+    B, T = tokens.shape
+    padded = tokens.new_zeros(MAX_BATCH, length)
+    padded[:B, :T] = tokens
+    return padded
+
+
+def _steps(step, tokens: torch.Tensor, prompt_len: int):
+    """Run ``step`` over the padded ``tokens`` one position at a time, the position passed as a
+    tensor; yield ``(t, logits)`` at each position whose next token is generated. The caller may
+    write ``tokens[:, t + 1]`` before the next step reads it (greedy decoding)."""
+    for t in range(tokens.shape[1] - 1):
+        torch.compiler.cudagraph_mark_step_begin()   # under CUDA graphs: a new step begins
+        logits = step(_step_tokens(tokens, t), torch.tensor(t, device=tokens.device))
+        if t >= prompt_len - 1:
+            yield t, logits
+
+
 def decode(step, prompt: torch.Tensor, continuation: torch.Tensor) -> torch.Tensor:
     """Teacher-forced decoding, the graded call: feed ``prompt`` ([B, P]) and then
     ``continuation`` ([B, N]) through ``step`` one position at a time, the batch padded to
     ``MAX_BATCH`` rows and the position passed as a tensor; return the logits predicting each
     continuation token, ``[B, N, VOCAB]``."""
     B, P = prompt.shape
-    N = continuation.shape[1]
-    tokens = prompt.new_zeros(MAX_BATCH, P + N)
-    tokens[:B, :P] = prompt
-    tokens[:B, P:] = continuation
-    out = []
-    for t in range(P + N - 1):
-        torch.compiler.cudagraph_mark_step_begin()   # under CUDA graphs: a new step begins
-        logits = step(_step_tokens(tokens, t), torch.tensor(t, device=prompt.device))
-        if t >= P - 1:
-            out.append(logits[:B].clone())           # the next replay reuses the output's memory
-    return torch.stack(out, dim=1)
+    tokens = _padded(torch.cat([prompt, continuation], dim=1), P + continuation.shape[1])
+    # clone: under CUDA graphs the next replay reuses the output's memory
+    return torch.stack([logits[:B].clone() for _, logits in _steps(step, tokens, P)], dim=1)
 
 
 @torch.no_grad()
@@ -129,13 +141,9 @@ def generate(step, prompt: torch.Tensor, new_tokens: int = NEW_TOKENS) -> torch.
     """Greedy generation: the prompt ([B, P]) followed by ``new_tokens`` tokens, each the
     argmax of the step's logits, fed back as the next step's token."""
     B, P = prompt.shape
-    tokens = prompt.new_zeros(MAX_BATCH, P + new_tokens)
-    tokens[:B, :P] = prompt
-    for t in range(P + new_tokens - 1):
-        torch.compiler.cudagraph_mark_step_begin()
-        logits = step(_step_tokens(tokens, t), torch.tensor(t, device=prompt.device))
-        if t >= P - 1:
-            tokens[:B, t + 1] = logits[:B].argmax(-1)
+    tokens = _padded(prompt, P + new_tokens)
+    for t, logits in _steps(step, tokens, P):
+        tokens[:B, t + 1] = logits[:B].argmax(-1)
     return tokens[:B]
 
 
