@@ -20,32 +20,38 @@ ASSIGNMENT ?=
 WORKERS ?= 1
 SIZE ?= ci
 
-.PHONY: setup setup-sandbox setup-browser test test-oldest lab bench gpu-check release grade gradescope bench-grade clean help
+.PHONY: setup setup-sandbox setup-browser test test-oldest lab bench bench-grade gpu-check release grade gradescope clean help
 
+# One line per target (tests/test_setup.py checks that every target of .PHONY is listed).
 help:
-	@echo "make grade     grade submitted/ (or the bundled demo cohort) into the gradebook"
+	@echo "make grade         grade submitted/ (or the bundled demo cohort) into the gradebook"
 	@echo "make gradescope ASSIGNMENT=psN   the Gradescope autograder zip of a problem set"
-	@echo "make setup     the Python environment (.venv/); no root needed"
-	@echo "make setup-sandbox / setup-browser   bubblewrap (grading sandbox) / chromium (browser tests)"
-	@echo "make test      set up and run the test suite"
-	@echo "make test-oldest  the grader's tests and the chapters on the oldest supported torch"
-	@echo "make lab       JupyterLab on the course with nbgrader's extensions"
-	@echo "make release   regenerate release/ from source/"
-	@echo "make bench     grader and workload figures for this machine (bench-results/)"
-	@echo "make gpu-check the same at full size on CUDA, plus every chapter"
-	@echo "make clean     remove the venv and generated files"
+	@echo "make setup         the Python environment (.venv/); no root needed"
+	@echo "make setup-sandbox bubblewrap, the sandbox for learner code during make grade (root or sudo)"
+	@echo "make setup-browser chromium, for the browser tests (root or sudo)"
+	@echo "make test          set up and run the test suite"
+	@echo "make test-oldest   the grader's tests and the chapters on the oldest supported torch"
+	@echo "make lab           JupyterLab on the course with nbgrader's extensions"
+	@echo "make release       regenerate release/ from source/"
+	@echo "make bench         grader and workload figures for this machine (bench-results/)"
+	@echo "make bench-grade   seconds per graded submission and where they go (bench-results/)"
+	@echo "make gpu-check     the benchmarks at full size on CUDA, plus every chapter"
+	@echo "make clean         remove the venvs and everything the targets made"
+	@echo "make help          this list"
 
 setup: $(STAMP) $(addprefix setup-,$(WITH))
 
 # Re-run only when the dependency list changes; a second `make setup` does nothing. The stamp is
 # written last, so a setup that failed half-way runs again.
+# make-venv falls back to a venv without pip plus pip from PyPI where python3-venv is missing.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON_SYS) -m venv $(VENV)
+	grader/tools/make-venv $(PYTHON_SYS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PINS)
 	$(PY) -m pip install -q -e '.[course,dev]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
-	$(BIN)/jupyter labextension enable --level=sys_prefix nbgrader >/dev/null 2>&1 || true
+	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null
+	$(BIN)/jupyter labextension list 2>&1 | grep -q '@jupyter/nbgrader.*enabled' || { echo "make setup: nbgrader's JupyterLab extension (@jupyter/nbgrader) is not enabled"; exit 1; }
 	@command -v bwrap >/dev/null || echo "note: bubblewrap is not installed: \`make grade\` grades real submissions only with it (\`make setup-sandbox\`, or SANDBOX=off knowingly)"
 	touch $@
 
@@ -68,7 +74,7 @@ OLDEST_PINS ?= torch==2.8.0 torchvision==0.23.0
 OLDEST_VENV := .venv-oldest
 OLDEST_TESTS ?= tests --ignore=tests/test_browser.py --ignore=tests/test_colab_runtime.py --ignore=tests/test_packaging.py
 $(OLDEST_VENV)/.setup-done: pyproject.toml
-	test -x $(OLDEST_VENV)/bin/python || $(PYTHON_SYS) -m venv $(OLDEST_VENV)
+	grader/tools/make-venv $(PYTHON_SYS) $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
 	$(OLDEST_VENV)/bin/python -m pip install -q $(OLDEST_PINS)
 	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[course,dev]' $(OLDEST_PINS)
@@ -114,6 +120,10 @@ gpu-check: setup
 	$(PY) -m grader.cli bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
 	$(PY) -m grader.cli gpu-check-chapters --size full --out bench-results/gpu-check-chapters.md
 
+# Everything the targets make: venvs, bench-results/, build/ (the demo course, Gradescope zips),
+# nbgrader's folders and database, test artifacts. submitted/ and downloads/ are the instructor's.
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) bench-results reports autograded feedback gradebook.db .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) bench-results build reports autograded feedback release/.ipynb_checkpoints \
+		gradebook.db gradebook.db-journal .pytest_cache tests/artifacts
+	find . -name '*.egg-info' -prune -exec rm -rf {} +
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,4 +1,4 @@
-"""A small problem set used by the worker and check tests (not part of the course)."""
+"""A small problem set used by the judge and check tests (not part of the course)."""
 import torch
 from torch import nn
 

@@ -20,7 +20,8 @@ import nbformat
 import pytest
 
 from grader.cohort import demo
-from grader.cohort.grade import DISAGREEMENTS_FILE, grade
+from grader.cohort.grade import DISAGREEMENTS_FILE, UNSCREENED_FOR_TESTS_ENV, grade
+from test_attacks_unscreened import ATTACK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = "ps2"
@@ -35,7 +36,7 @@ SOLUTION_ATTACKS = {
     "patch_evaluation": PASS_CLASS + "from grader.isolation.check import Evaluation\n"
                                      "Evaluation.require = lambda self, name: None\n"
                                      "Evaluation.points = lambda self, name, p, c=1.0: float(p)\n",
-    "forge_worker_result": PASS_CLASS + (
+    "forge_a_result": PASS_CLASS + (
         "import os\n"
         "for fd in range(3, 1024):\n"
         "    try:\n"
@@ -48,7 +49,7 @@ SOLUTION_ATTACKS = {
     "patch_grader_class": PASS_CLASS + "import grader.checks.targets\n"
                                        "grader.checks.targets.SpeedTarget.fraction_of_reference = 0.0\n",
     "flip_dynamo_config": PASS_CLASS + "torch._dynamo.config.suppress_errors = True\n",
-    "read_source_in_worker": PASS_CLASS.replace(
+    "read_files_in_the_subject": PASS_CLASS.replace(
         "    pass\n", "    def forward(self, x):\n        raise ValueError(open('/etc/hostname').read())\n"),
 }
 # Attacks in an extra cell the student added: they run only in the notebook's kernel.
@@ -67,7 +68,10 @@ KERNEL_ATTACKS = {
                                 " start_new_session=True)\n"),
 }
 HONEST = {"honest_pass": (PASS_CLASS, None)}   # and ada_full, the demo's full solution
-EXPECTED = {"honest_pass": 3, "ada_full": 10, "patch_cell_scores": 3, "rebind_run_test": 0,
+# Past the screen (graded with it off, as only the grader's own tests can): the unscreened attack
+# of tests/test_attacks_unscreened.py in front of the honest loop version, through make grade.
+UNSCREENED = {"unscreened_forger": ATTACK + PASS_CLASS}
+EXPECTED = {"honest_pass": 3, "ada_full": 10, "unscreened_forger": 3, "patch_cell_scores": 3, "rebind_run_test": 0,
             "snoop": 0, "leftover_process": 0, **{name: 0 for name in SOLUTION_ATTACKS}}
 
 
@@ -151,11 +155,15 @@ def attacked():
     for student, (solution, extra) in {**KERNEL_ATTACKS, **HONEST}.items():
         extra = _snoop_code(course) if student == "snoop" else extra
         _write(course, student, _notebook(release_nb, solution, extra))
+    for student, code in UNSCREENED.items():
+        _write(course, student, _notebook(release_nb, code, None))
     os.environ["COURSE_SECRET_TEST"] = SECRET  # an instructor's secret in the grading process
+    os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join(UNSCREENED)
     try:
         run = grade(course, [PS], workers=2, cell_timeout_s=demo.DEMO_CELL_TIMEOUT_S)
     finally:
         os.environ.pop("COURSE_SECRET_TEST", None)
+        os.environ.pop(UNSCREENED_FOR_TESTS_ENV, None)
     return run
 
 
@@ -190,7 +198,7 @@ def test_what_the_kernel_showed_is_replaced_and_the_disagreement_reported(attack
 def test_nothing_secret_reaches_the_feedback(attacked):
     reference = open(os.path.join(ROOT, "source", PS, f"{PS}.ipynb")).read()
     assert REFERENCE_LINE in reference  # the line really is the reference's
-    for student in list(SOLUTION_ATTACKS) + list(KERNEL_ATTACKS):
+    for student in list(SOLUTION_ATTACKS) + list(KERNEL_ATTACKS) + list(UNSCREENED):
         page = _feedback(attacked.course, student)
         assert REFERENCE_LINE not in page, student
         assert SECRET not in page, student
@@ -201,8 +209,9 @@ def test_nothing_secret_reaches_the_feedback(attacked):
 
 
 def test_nothing_a_submission_started_is_left_running(attacked):
-    left = subprocess.run(["pgrep", "-f", "sleep 7654.3"], capture_output=True, text=True)
-    assert left.stdout.strip() == ""
+    for tag in ("sleep 7654.3", "sleep 8765.25"):
+        left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
+        assert left.stdout.strip() == "", tag
 
 
 def test_honest_submissions_keep_their_demo_scores(attacked):

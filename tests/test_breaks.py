@@ -139,7 +139,7 @@ def test_fullgraph_check_not_fooled_by_an_earlier_compile():
 
 
 def test_report_on_a_wrapper_survives_reruns_and_leaves_the_model_compilable(counting_backend):
-    """How the fresh-process worker calls it: a wrapper (``no_grad``) around the learner's model.
+    """How the subject calls it: a wrapper (``no_grad``) around the learner's model.
     The model's ``forward`` is compiled as a frame of its own after the break; repeated reports
     must neither go stale nor use up the recompile limit of the learner's own compile."""
     model, x = models.ItemRead(), models.example_input()

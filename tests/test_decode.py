@@ -2,7 +2,7 @@
 compares, and how each wrong way to write a cached step is caught.
 
 In-process parts are tested directly; the grading of the demo cohort's wrong steps goes through
-the real worker with the timed check left out.
+the judge with the timed check left out.
 """
 from __future__ import annotations
 
@@ -59,9 +59,10 @@ def test_the_problem_times_the_loop_and_traces_the_step():
         problem.compile_kwargs(type("Bad", (), {"compile_mode": "fast please"}))
 
 
-def test_ps6_catches_each_wrong_step_in_the_worker():
-    """Through the real worker (no timing): the reference passes; a cache sliced with
-    `int(pos)` is right but not one graph; a step without the mask is one graph but wrong."""
+def test_ps6_catches_each_wrong_step_in_the_judge():
+    """Through the judge and its subject (no timing): the reference passes; a cache sliced with
+    `int(pos)` is right but not one graph; a step without the mask is wrong, and its graph earns
+    nothing (it computes the wrong thing)."""
     checks = ["correctness", "fullgraph", "recompiles"]
     runs = {name: evaluate("ps6.q1", cells=[Cell("cell 7", source)], reference="off",
                            checks=checks, cache=False)
@@ -73,5 +74,6 @@ def test_ps6_catches_each_wrong_step_in_the_worker():
     assert runs["sliced"].verdict("fullgraph") == "fail"
     assert "int(pos)" in runs["sliced"].message("fullgraph")
     assert runs["unmasked"].verdict("correctness") == "fail"
-    assert runs["unmasked"].verdict("fullgraph") == "pass"
-    assert runs["unmasked"].verdict("recompiles") == "pass"
+    assert runs["unmasked"].verdict("fullgraph") == "fail"
+    assert "does not compute what the original computes" in runs["unmasked"].message("fullgraph")
+    assert runs["unmasked"].verdict("recompiles") == "fail"

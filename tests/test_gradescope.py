@@ -112,7 +112,7 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
     assert setup.startswith("#!/usr/bin/env bash")
     assert "torch==2.6.0 torchvision==0.21.0" in setup and "pip install -q ./course" in setup
     assert config == {"assignment": ASSIGNMENT}
-    assert {"course/pyproject.toml", "course/grader/cohort/pipeline.py", "course/grader/isolation/worker.py",
+    assert {"course/pyproject.toml", "course/grader/cohort/pipeline.py", "course/grader/isolation/judge.py",
             f"course/grader/problems/{ASSIGNMENT}.py",
             f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"} <= names
     # Only this set's reference solution travels; no caches, no other sets, no demo cohort.

@@ -20,9 +20,9 @@ def test_validate_runs_cells_with_the_course_timeout_not_nbgraders_30_s():
     assert Execute().timeout == 30                       # nbgrader's default, too short
     validator = Validator(config=_config())
     execute = Execute(parent=validator)                  # as Validator builds its preprocessors
-    # A test cell evaluates each of its problems in a fresh worker, which may run for
+    # A test cell evaluates each of its problems in a judge and a fresh subject, which may run for
     # max(300 s, 4 x the problem's budget) (grader.isolation.check.evaluate): the cell timeout must let
-    # the slowest test cell's workers finish.
+    # the slowest test cell's judges finish.
     from grader.cohort.assign import assignments
     from grader.problems import get_problem, test_cells
 

@@ -30,3 +30,43 @@ def test_the_report_collects_speedups_and_break_causes_per_student(tmp_path):
     page = open(report.write_report(course, outcomes, os.path.join(course, "reports"))).read()
     assert "2 submissions, mean 6.5 of 10 points" in page and "print (1)" in page
     assert os.path.exists(os.path.join(course, "reports", "ps9.png"))
+
+
+def test_the_report_says_what_is_absent_and_links_every_score_to_its_feedback(tmp_path):
+    course = str(tmp_path)
+    outcomes = [_submission(course, "ann", {"checks": {}}, 7.0),
+                _submission(course, "bob", {"checks": {}}, 0.0)]
+    outcomes[1].reason = "the .ipynb file is not a readable notebook"
+    for student, page in (("ann", "ps9.html"), ("bob", "NOT_GRADED.html")):
+        folder = os.path.join(course, "feedback", student, "ps9")
+        os.makedirs(folder)
+        open(os.path.join(folder, page), "w").write("<html></html>")
+    page = open(report.write_report(course, outcomes, os.path.join(course, "reports"))).read()
+    assert "<a href='../feedback/ann/ps9/ps9.html'>7 / 10</a>" in page
+    assert "<a href='../feedback/bob/ps9/NOT_GRADED.html'>not graded</a>" in page
+    for student, link in (("ann", "ps9.html"), ("bob", "NOT_GRADED.html")):  # the links resolve
+        assert os.path.exists(os.path.join(course, "reports", "..", "feedback", student, "ps9", link))
+
+
+def test_empty_panels_say_no_data_instead_of_blank_axes(monkeypatch):
+    texts = []
+    import matplotlib.axes
+
+    original = matplotlib.axes.Axes.text
+    monkeypatch.setattr(matplotlib.axes.Axes, "text",
+                        lambda self, x, y, s, *a, **k: texts.append(s) or original(self, x, y, s, *a, **k))
+    d = {"scores": [3.0, 5.0], "max": 10.0, "speedups": [], "causes": {}}
+    report._figure("ps9", d)
+    assert any("no speedup measured" in t for t in texts)
+    assert any("no graph break" in t for t in texts)
+
+
+def test_feedback_lines_wrap(tmp_path):
+    from grader.cohort.grade import wrap_feedback_lines
+
+    page = tmp_path / "ps9.html"
+    page.write_text("<html><head></head><body><pre>" + "x" * 500 + "</pre></body></html>")
+    wrap_feedback_lines(str(tmp_path))
+    wrap_feedback_lines(str(tmp_path))   # once
+    text = page.read_text()
+    assert text.count("white-space: pre-wrap") == 1

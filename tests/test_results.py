@@ -3,41 +3,39 @@ result."""
 import json
 
 from grader.checks import results
-from grader.checks.results import CHECK_TITLES, CHECKS, PROCESS_FAILURES, WORKER_STATUSES, Status
+from grader.checks.results import CHECK_TITLES, CHECKS, PROCESS_FAILURES, DECIDED_STATUSES, Status
 
 
 def test_a_status_travels_in_json_as_its_value_and_compares_with_what_comes_back():
     text = json.dumps({"status": Status.LEARNER_ERROR})
     assert text == '{"status": "learner_error"}'
     back = json.loads(text)["status"]
-    assert back == Status.LEARNER_ERROR and back in WORKER_STATUSES
+    assert back == Status.LEARNER_ERROR and back in DECIDED_STATUSES
     assert f"{Status.TIMEOUT}" == str(Status.TIMEOUT) == "timeout"
-    assert "timeout" in PROCESS_FAILURES and "timeout" not in WORKER_STATUSES
-    # Every status is either the worker's to report or the parent's to decide, never both.
-    assert set(WORKER_STATUSES) | set(PROCESS_FAILURES) == set(Status)
-    assert not set(WORKER_STATUSES) & set(PROCESS_FAILURES)
+    assert "timeout" in PROCESS_FAILURES and "timeout" not in DECIDED_STATUSES
+    # A status says either what the learner's code did or what happened to its process, never both.
+    assert set(DECIDED_STATUSES) | set(PROCESS_FAILURES) == set(Status)
+    assert not set(DECIDED_STATUSES) & set(PROCESS_FAILURES)
 
 
 def test_one_registry_gives_the_checks_their_order_and_titles_everywhere():
     from grader import check, problems
-    from grader.isolation import worker
 
     assert CHECKS == tuple(c.name for c in results.REGISTRY)
-    assert tuple(worker.CHECK_FUNCTIONS) == CHECKS        # the order the worker runs them in
     assert problems.CHECKS is CHECKS and check.CHECK_TITLES is CHECK_TITLES
     assert set(CHECK_TITLES) == set(CHECKS) and all(CHECK_TITLES.values())
 
 
-def test_a_problem_result_reads_and_writes_the_json_the_worker_sends():
+def test_a_problem_result_reads_and_writes_the_json_the_judge_sends():
     from grader.checks.results import CheckOutcome, ProblemResult
 
     raw = {"status": "ok", "problem": "ps1.q1", "device": "cpu", "device_class": "cpu",
            "checks": {"correctness": {"ok": True, "message": "match", "checked": 3},
                       "speed": {"ok": False, "verdict": "inconclusive", "message": "noisy",
                                 "speedups": {"learner": {"median": 1.4}}}},
-           "phases": {"worker start": 1.0}, "sandbox": "bwrap"}
+           "phases": {"subject start": 1.0}, "sandbox": "bwrap"}
     result = ProblemResult.from_dict(raw)
-    assert result.status == Status.OK and result.extra == {"phases": {"worker start": 1.0},
+    assert result.status == Status.OK and result.extra == {"phases": {"subject start": 1.0},
                                                           "sandbox": "bwrap"}
     speed = result.outcome("speed")
     assert isinstance(speed, CheckOutcome) and speed.final_verdict == "inconclusive"

@@ -9,6 +9,7 @@ installed on this machine.
 import os
 import re
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "grader", "tools", "system-package")
@@ -75,3 +76,65 @@ def test_make_setup_installs_no_system_package_and_make_test_asks_for_both():
     assert "system-package chromium chromium" in test
     grade = _dry_run("grade")
     assert not re.search(r"apt-get|sudo|system-package", grade)
+
+
+def _phony_targets() -> list[str]:
+    text = open(os.path.join(ROOT, "Makefile")).read()
+    return re.search(r"^\.PHONY:(.*)$", text, re.M).group(1).split()
+
+
+def test_make_help_lists_every_target():
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    listed = set(re.findall(r"^make ([\w-]+)", out, re.M))
+    assert set(_phony_targets()) <= listed, sorted(set(_phony_targets()) - listed)
+
+
+def test_make_clean_removes_everything_the_targets_make():
+    # Every ignored path is something a target or a test makes, except the instructor's own data.
+    instructors = {"submitted/", "downloads/", "canvas-roster.csv"}
+    ignored = [line.strip() for line in open(os.path.join(ROOT, ".gitignore"))
+               if line.strip() and not line.startswith("#")]
+    clean = _dry_run("clean")
+    for path in ignored:
+        if path in instructors:
+            continue
+        name = path.strip("/").lstrip("*")
+        assert name in clean, f"make clean leaves {path} behind"
+
+
+def test_make_setup_enables_nbgraders_lab_extension_by_its_real_name():
+    assert "labextension enable --level=sys_prefix @jupyter/nbgrader" in _dry_run("setup")
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "jupyter"),
+                          "labextension", "list"], capture_output=True, text=True, timeout=120)
+    assert re.search(r"@jupyter/nbgrader\b.*enabled", out.stdout + out.stderr)
+
+
+def _python_without_ensurepip(folder) -> str:
+    """A python3 that behaves as Debian's does without python3-venv: `-m venv DIR` fails
+    because ensurepip is missing; `-m venv --without-pip DIR` works."""
+    real = sys._base_executable if hasattr(sys, "_base_executable") else sys.executable
+    _fake(folder, "python3", f'''if [ "$1" = -m ] && [ "$2" = venv ] && [ "$3" != --without-pip ]; then
+  echo "The virtual environment was not created successfully because ensurepip is not" >&2
+  echo "available.  On Debian/Ubuntu systems, you need to install the python3-venv package" >&2
+  exit 1
+fi
+exec {real} "$@"''')
+    return os.path.join(folder, "python3")
+
+
+def test_make_venv_without_python3_venv_falls_back_without_root(tmp_path):
+    python = _python_without_ensurepip(tmp_path)
+    venv = tmp_path / "venv"
+    proc = subprocess.run([os.path.join(ROOT, "grader", "tools", "make-venv"), python, str(venv)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sudo apt-get install -y python3-venv" in proc.stdout   # the lasting fix, named
+    assert "created without python3-venv" in proc.stdout
+    pip = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--version"],
+                         capture_output=True, text=True, timeout=60)
+    assert pip.returncode == 0 and str(venv) in pip.stdout
+    # A second run finds it done.
+    again = subprocess.run([os.path.join(ROOT, "grader", "tools", "make-venv"), python, str(venv)],
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and again.stdout == ""

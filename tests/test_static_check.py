@@ -20,15 +20,22 @@ def refused(source: str, allowed_config=()) -> list[str]:
 
 @pytest.mark.parametrize("ps", assign.assignments(ROOT))
 def test_every_reference_solution_passes(ps):
+    from grader.problems import get_problem, public_names, test_cells
+
     cells = solution_cells(os.path.join(ROOT, "source", ps, f"{ps}.ipynb"))
     code = [c for c in cells if "### BEGIN SOLUTION" in c.source]
-    assert code and check_cells(code) == []
+    key = next(iter(test_cells(ps).values())).problems[0]
+    assert code and check_cells(code, (), public_names(get_problem(key))) == []
 
 
 def test_the_demo_personas_that_are_honest_attempts_pass():
+    from grader.problems import get_problem, public_names, test_cells
+
     for ps, personas in demo.demo_solutions(ROOT).items():
+        names = public_names(get_problem(next(iter(test_cells(ps).values())).problems[0]))
         for persona, cells in personas.items():
-            assert check_cells([Cell(gid, src) for gid, src in cells.items()]) == [], (ps, persona)
+            found = check_cells([Cell(gid, src) for gid, src in cells.items()], (), names)
+            assert found == [], (ps, persona, found)
 
 
 @pytest.mark.parametrize("source, why", [
@@ -117,10 +124,53 @@ def test_describe_names_every_refusal():
 
 
 def test_self_check_refuses_before_running_anything():
-    # evaluate() screens in this process: no worker starts, the result says why.
+    # evaluate() screens in this process: no judge or subject starts, the result says why.
     from grader.isolation.check import evaluate
 
     ev = evaluate("ps1.q1", cells=[Cell("cell 6", "import os\nos.system('true')\n")],
                   reference="off")
     assert ev.status == "refused" and "cell 6, line 1" in ev.result["message"]
-    assert "sandbox" not in ev.result  # no worker ran
+    assert "sandbox" not in ev.result  # nothing ran
+
+
+def _screened_with_names(source: str, ps: str = "ps2") -> list[str]:
+    from grader.problems import get_problem, public_names
+
+    names = public_names(get_problem(f"{ps}.q1"))
+    return [str(r) for r in check_cells([Cell("cell 6", textwrap.dedent(source))], (), names)]
+
+
+def test_free_names_are_an_allow_list():
+    ok = """
+    import math
+    class FusedGroupNormGELU(GroupNormGELU):
+        def forward(self, x):
+            rows, d = x.shape
+            out = [v for v in range(len(x))]
+            return torch.tanh(x) * math.sqrt(2.0) + sum(out) * 0
+    """
+    assert _screened_with_names(ok) == []
+    for name in ("breakpoint_like", "license", "copyright", "__builtins__", "memoryview", "vars"):
+        src = f"class FusedGroupNormGELU(GroupNormGELU):\n    def forward(self, x):\n        return {name}\n"
+        assert _screened_with_names(src), name
+
+
+def test_annotations_are_screened_as_code():
+    for source in (
+        "def f(x: open('/etc/passwd')):\n    return x\n",
+        "def f(x: '__import__(\"os\").system(\"id\")'):\n    return x\n",
+        "def f(x) -> 'os.system':\n    return x\n",
+        "y: eval('1') = 3\n",
+        "def f(x: 'not a type ((('):\n    return x\n",
+    ):
+        assert refused(source), source
+    assert refused("def f(x: 'torch.Tensor') -> 'torch.Tensor':\n    return x\n") == []
+
+
+def test_only_some_of_torchs_modules_are_reachable():
+    for chain in ("torch.jit.script", "torch.fx.symbolic_trace", "torch.export.load",
+                  "torch.package.PackageImporter", "torch.utils.cpp_extension"):
+        src = f"class F(Original):\n    def forward(self, x):\n        return {chain}(x)\n"
+        assert refused(src), chain
+    assert refused("class F(Original):\n    def forward(self, x):\n"
+                   "        return torch.nn.functional.gelu(torch.linalg.norm(x))\n") == []

@@ -1,7 +1,7 @@
 """A training step as the graded call (ps5): what the grader compares, compiles and counts.
 
 The in-process parts (``grader.problems.training_step``, ``Problem.graded_call`` /
-``traced_call``) are tested directly; the grading of ps5's traps goes through the real worker,
+``traced_call``) are tested directly; the grading of ps5's traps goes through the judge and its subject,
 with the timed checks left out (seconds, not a minute).
 """
 from __future__ import annotations
@@ -74,10 +74,10 @@ def test_a_training_problem_compares_a_step_and_compiles_the_model_with_gradient
     assert inference.traced_call(model) is not model
 
 
-def test_ps5_grades_each_trap_of_a_training_step_in_the_worker():
-    """Through the real worker (no timing): a loss that counts the unlabeled examples fails
-    correctness; an example counter in a Python int fails recompiles, naming it; the reference
-    passes both, and no break remains."""
+def test_ps5_grades_each_trap_of_a_training_step_in_the_judge():
+    """Through the judge and its subject (no timing): a loss that counts the unlabeled examples
+    fails correctness (and its graph earns nothing); an example counter in a Python int fails
+    recompiles, naming it; the reference passes both, and no break remains."""
     wrong = REFERENCE.replace("y, ignore_index=IGNORE,", "y.clamp(min=0),")
     counter = REFERENCE.replace("    def forward(self, x, y):\n",
                                 "    def forward(self, x, y):\n        self.examples_seen += 1\n")
@@ -88,7 +88,7 @@ def test_ps5_grades_each_trap_of_a_training_step_in_the_worker():
     assert [runs["reference"].verdict(c) for c in checks] == ["pass"] * 3, str(runs["reference"])
     assert runs["wrong"].verdict("correctness") == "fail"
     assert runs["wrong"].title("correctness") == "loss and gradients match the original"
-    assert runs["wrong"].verdict("fullgraph") == "pass"
+    assert runs["wrong"].verdict("fullgraph") == "fail"
     assert runs["counter"].verdict("correctness") == "pass"
     assert runs["counter"].verdict("recompiles") == "fail"
     assert "self.examples_seen" in runs["counter"].message("recompiles")

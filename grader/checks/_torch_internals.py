@@ -370,20 +370,6 @@ def capture_graph_breaks() -> Iterator[list]:
         yield collector.records
 
 
-def compiler_config_values() -> dict[str, str]:
-    """Every setting of Dynamo's and Inductor's configs, as ``{"torch._dynamo.config.NAME":
-    repr(value)}``: what the worker compares before and after learner code runs."""
-    import torch._dynamo.config as dynamo_config
-    import torch._inductor.config as inductor_config
-
-    values = {}
-    for prefix, cfg in (("torch._dynamo.config", dynamo_config),
-                        ("torch._inductor.config", inductor_config)):
-        for name, value in cfg.get_config_copy().items():
-            values[f"{prefix}.{name}"] = repr(value)
-    return values
-
-
 def is_graph_break_error(exc: BaseException) -> bool:
     """Did ``torch.compile(..., fullgraph=True)`` stop at a graph break (Dynamo's ``Unsupported``
     or ``UserError``)?"""
@@ -394,40 +380,11 @@ def is_graph_break_error(exc: BaseException) -> bool:
     return isinstance(exc, kinds)
 
 
-def install_dynamo_hooks() -> None:
-    """Let Dynamo make the changes it makes on its first compile in a process (it replaces
-    ``nn.Module.__init__`` and ``__setstate__`` to tag modules), so that a snapshot taken after
-    this call does not mistake them for the learner's."""
-    with quiet_torch_logs():
-        torch.compile(torch.nn.Identity(), backend="eager")(torch.zeros(1))
-
-
-def tensor_base_namespace() -> dict[str, dict]:
-    """Where ``torch.Tensor``'s methods really live (``torch._C.TensorBase``, named
-    ``_TensorBase`` before 2.3): the worker's tamper snapshot watches it too."""
-    base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
-    return {"torch._C.TensorBase": dict(vars(base))} if base is not None else {}
-
-
-def warm_inductor(device: str = "cpu", fresh: bool = True) -> None:
-    """One tiny Inductor compile: the first compile of a process also starts the compile
-    workers and loads the C++/Triton toolchain, a one-time cost that must not be charged to
-    whichever real compile comes first.
-
-    ``fresh``: in a throwaway cache. Otherwise in the current cache folder, with the caches
-    bypassed so the compile is real either way: the toolchain's probe programs (the C++ compiler's
-    vector-instruction checks, seconds on a CPU) are then built there once, or found there when
-    the folder came prepared (:mod:`grader.isolation.isolate`'s prepared reference cache)."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    context = contextlib.ExitStack()
-    if fresh:
-        context.enter_context(fresh_inductor_cache())
-    else:  # not force_disable_caches: that moves the whole cache folder, probes included
-        context.enter_context(inductor_config.patch(fx_graph_cache=False))
-        context.enter_context(functorch_config.patch(enable_autograd_cache=False))
-    with context, quiet_torch_logs():
+def warm_inductor(device: str = "cpu") -> None:
+    """One tiny Inductor compile in a throwaway cache: the first compile of a process also starts
+    the compile workers and loads the C++/Triton toolchain, a one-time cost that must not be
+    charged to whichever real compile comes first."""
+    with fresh_inductor_cache(), quiet_torch_logs():
         torch.compile(lambda t: t + 1)(torch.ones(2, device=device))
 
 
@@ -503,7 +460,9 @@ def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
     once, views adding nothing). ``partitioner`` is
     ``"min_cut"`` (what Inductor uses: recompute cheap ops in the backward) or ``"default"``
     (save every intermediate the backward reads). ``fn``'s own Dynamo cache is untouched: a
-    fresh copy of ``fn`` is compiled.
+    fresh copy of ``fn`` is compiled, inside :func:`own_automatic_dynamic_state`, so the graphs are
+    for the sizes of ``args`` even when an earlier compile of the same function (same file, line and
+    name) saw other sizes and a plain ``torch.compile`` would make them dynamic.
     """
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -528,7 +487,8 @@ def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
 
     backend = aot_autograd(fw_compiler=forward_compiler, bw_compiler=backward_compiler,
                            partition_fn=partition_fn, decompositions=select_decomp_table())
-    out = compile_fresh(fn, backend=backend)(*args)
+    with own_automatic_dynamic_state():
+        out = compile_fresh(fn, backend=backend)(*args)
     (out.sum() if out.dim() else out).backward()
     forward = got["forward"]
     outputs = [n for n in forward.graph.nodes if n.op == "output"][0].args[0]
@@ -580,3 +540,66 @@ def nonstrict_trace_decorator() -> Callable | None:
     if found is None:
         found = getattr(torch._dynamo, "nonstrict_trace", None)
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Graphs as data (grader.checks.graph_artifact): capture in the subject, checks in the judge
+
+def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx.GraphModule, list]:
+    """The ATen graph of a graph Dynamo captured (what a Dynamo backend is given), and the fake
+    example values it was traced with.
+
+    Traced with ``make_fx(pre_dispatch=True)`` in Dynamo's own fake mode, so the sizes Dynamo made
+    symbolic stay symbolic (``aten.sym_size`` nodes) and the operators stay above autograd (a
+    training graph can be differentiated again). The graph is a plain ``fx.GraphModule``."""
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = detect_fake_mode(example_inputs)
+    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in example_inputs]
+    with mode:
+        traced = make_fx(gm, pre_dispatch=True)(*fake)
+    return torch.fx.GraphModule(traced, traced.graph), fake
+
+
+def same_symbol(a, b) -> bool:
+    """Are two symbolic sizes (``torch.SymInt``) the same symbol of one shape environment?"""
+    try:
+        return isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) \
+            and a.node.expr == b.node.expr
+    except AttributeError:
+        return False
+
+
+class DataDependent(Exception):
+    """A graph's shapes or control depend on tensor values (a host sync, a data-dependent shape)."""
+
+
+def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> None:
+    """Run ``gm`` on fake copies of ``args`` (no real memory, no real work): raises
+    :class:`DataDependent` when a node needs tensor values to know its output (``.item()``,
+    ``nonzero``, a boolean mask: anything the grader's definition of one graph refuses), and
+    ``ValueError`` when a node would make a tensor of more than ``max_elements`` elements."""
+    from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                               DynamicOutputShapeException, FakeTensorMode)
+
+    class Checked(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor) and t.numel() > max_elements:
+                    raise ValueError(f"node {n.name} makes a tensor of {t.numel()} elements")
+            return out
+
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    with mode:
+        fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            Checked(gm).run(*fake)
+        except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+            raise DataDependent(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        except Exception as exc:
+            # Newer releases raise GuardOnDataDependentSymNode / unbacked-symbol errors instead.
+            if "data-dependent" in str(exc).lower() or "DataDependent" in type(exc).__name__:
+                raise DataDependent(str(exc).splitlines()[0])
+            raise

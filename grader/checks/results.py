@@ -1,8 +1,9 @@
 """The vocabulary of a result, in one place: the statuses a problem's result can have, and the
 checks (name, title, order) that a problem can ask for.
 
-A worker's result is a JSON dict (``{"status": ..., "checks": {name: {...}}}``) because it
-crosses a process boundary; :mod:`grader.isolation.verify` checks its shape before anything reads it.
+A problem's result is a JSON dict (``{"status": ..., "checks": {name: {...}}}``) because it
+crosses a process boundary (the judge's, :mod:`grader.isolation.judge`, to the process that scores
+it); it is read through :class:`ProblemResult`.
 The names it may contain are defined here, and every module compares against these.
 """
 from __future__ import annotations
@@ -17,12 +18,11 @@ class Status(str, enum.Enum):
 
     OK = "ok"                        # measured: the checks say how it went
     LEARNER_ERROR = "learner_error"  # the learner's code raised while loading or building
-    TAMPERED = "tampered"            # the learner's code replaced something the grader relies on
     REFUSED = "refused"              # the static check refused the code before it ran
     GRADER_ERROR = "grader_error"    # the grader itself failed
-    TIMEOUT = "timeout"              # the worker did not finish in time (reported by the parent)
-    CRASHED = "crashed"              # the worker died before reporting (reported by the parent)
-    REJECTED = "rejected"            # the worker's report could not be trusted (parent)
+    TIMEOUT = "timeout"              # the learner's process did not finish in time
+    CRASHED = "crashed"              # the learner's process died before it answered
+    REJECTED = "rejected"            # the learner's process broke the protocol: nothing it sent was used
 
     def __str__(self) -> str:  # the same text on every Python (3.12 changed Enum formatting)
         return self.value
@@ -30,8 +30,8 @@ class Status(str, enum.Enum):
 
 # Tuples, not sets: a str-valued Enum member equals its value but does not hash like it, and
 # statuses read back from JSON are plain strings.
-# What a worker may report itself; the others are decided by the process that started it.
-WORKER_STATUSES = (Status.OK, Status.LEARNER_ERROR, Status.TAMPERED, Status.REFUSED,
+# Statuses of a result the judge decided from the learner's process's answers.
+DECIDED_STATUSES = (Status.OK, Status.LEARNER_ERROR, Status.REFUSED,
                    Status.GRADER_ERROR)
 # Results about the process, not the code: worth another try (never cached).
 PROCESS_FAILURES = (Status.TIMEOUT, Status.CRASHED, Status.REJECTED)
@@ -46,7 +46,7 @@ class Check:
     title: str
 
 
-# The registry, in the order the worker runs them: speed and job last, because they are only
+# The registry, in the order the judge decides them: speed and job last, because they are only
 # measured for correct outputs.
 REGISTRY: tuple[Check, ...] = (
     Check("correctness", "outputs match the original"),
@@ -103,10 +103,9 @@ class CheckOutcome:
 
 @dataclasses.dataclass
 class ProblemResult:
-    """One problem's result: the worker writes it as JSON (:meth:`to_dict`), :mod:`grader.
-    isolation.verify` checks that JSON, and whatever reads a result reads it through
-    :meth:`from_dict`. ``extra`` keeps what the grader's own bookkeeping adds (phases, sandbox,
-    the worker's output tail, seconds)."""
+    """One problem's result: the judge writes it as JSON (:meth:`to_dict`), and whatever reads a
+    result reads it through :meth:`from_dict`. ``extra`` keeps what the grader's own bookkeeping
+    adds (phases, sandbox, the learner's process's output tail, seconds)."""
 
     status: str
     problem: str = ""

@@ -25,7 +25,18 @@ PERSONAS = {
     "hal_corrupt": "the .ipynb file is corrupted (truncated JSON)",
 }
 EXPECTED_FILE = os.path.join(os.path.dirname(__file__), "demo_expected.json")
-DEMO_CELL_TIMEOUT_S = 180  # the endless loop costs this much; real cells finish well within it
+DEMO_CELL_TIMEOUT_S = 60   # the endless loop costs this much; real cells finish well within it
+DEMO_SUBJECT_TIMEOUT_S = 90  # and this, in the judge's subject (the demo's honest ones take ~20 s)
+# A newcomer's first `make grade`: every persona, so every kind of failure, in the first set, and
+# in the others the ones whose scores depend on the set (``--demo-students all``: all of them).
+FIRST_SET_ALL = "ps1"
+OTHER_SETS = ("ada_full", "ben_partial", "dee_slow", "eve_wrong")
+
+
+def first_run_cohort(assignment: str, assignments: list[str]) -> dict[str, str]:
+    """{student: persona} of the demo for ``assignment`` on a first run (see above)."""
+    first = FIRST_SET_ALL if FIRST_SET_ALL in assignments else sorted(assignments)[0]
+    return {p: p for p in (PERSONAS if assignment == first else OTHER_SETS)}
 _SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n|^[ \t]*### END SOLUTION[ \t]*\n?", re.M)
 
 
@@ -88,12 +99,13 @@ def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None 
 
 
 def build_demo_course(course: str, assignments: list[str], folder: str | None = None,
-                      cohort: dict[str, str] | None = None) -> str:
+                      cohort: dict[str, str] | None = None, first_run: bool = False) -> str:
     """Create ``build/demo-course`` (or ``folder``): a fresh nbgrader course with the demo
     submissions, and return its path. Grades already there are kept, so a second run resumes.
 
     ``cohort`` maps student names to personas (default: one student per persona; the
-    benchmark uses several copies of ``ada_full``)."""
+    benchmark uses several copies of ``ada_full``); ``first_run``: per set, the
+    :func:`first_run_cohort`."""
     import nbformat
 
     from grader.cohort.assign import nbgrader
@@ -114,7 +126,9 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
         made = {**personas_for(assignment, release_nb, source_nb,
                                demo_solutions(course).get(assignment)),
                 "hal_corrupt": raw[: len(raw) // 2]}
-        for student, persona in (cohort if cohort is not None else {p: p for p in PERSONAS}).items():
+        chosen = cohort if cohort is not None else first_run_cohort(assignment, assignments) \
+            if first_run else {p: p for p in PERSONAS}
+        for student, persona in chosen.items():
             _write(demo, student, assignment, name, made[persona])
     write_demo_roster(demo, list(cohort) if cohort is not None else list(PERSONAS))
     return demo

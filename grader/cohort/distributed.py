@@ -26,7 +26,7 @@ import tempfile
 
 from grader.isolation.sandbox import pack_folder, unpack_folder
 
-CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.worker); nbgrader's kernel one more
+CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge); nbgrader's kernel one more
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
 # What a task sends back from its grading copy (grader.cohort.grade._grade_one's folder).
 RESULT_PATHS = ("gradebook.db", "autograded", "pipeline.json", "pipeline.json.disagreements.json",
@@ -62,10 +62,15 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
         run = grade.Run(course=course, assignments=[assignment], timeout_s=options["timeout_s"],
                         memory_bytes=options["memory_bytes"],
                         cell_timeout_s=options["cell_timeout_s"], sandbox=options["sandbox"],
-                        isolation=isolation, prepared={assignment: prepared or {}})
-        sub = grade.Submission(student, assignment,
-                               os.path.join(course, "submitted", student, assignment))
-        tmp, failure, seconds, phases = grade._grade_one(run, sub, 0, grade._gpu_count())
+                        isolation=isolation, subject_timeout_s=options.get("subject_timeout_s"))
+        judge = _judge(course, prepared)
+        run.judges = [judge]
+        try:
+            sub = grade.Submission(student, assignment,
+                                   os.path.join(course, "submitted", student, assignment))
+            tmp, failure, seconds, phases = grade._grade_one(run, sub, 0, grade._gpu_count())
+        finally:
+            judge.close()
         return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": failure,
                 "seconds": seconds, "phases": phases, "node": node}
     finally:
@@ -73,6 +78,18 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
         shutil.rmtree(course, ignore_errors=True)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _judge(folder: str, prepared: dict | None):
+    """A judge for one task, its compiler cache started from the run's prepared one (the
+    reference side then compiles from cache hits) in ``folder``/judge-cache."""
+    from grader.isolation.judge import JudgeProcess
+
+    cache = os.path.join(folder, "judge-cache")
+    if prepared and prepared.get("cache"):
+        unpack_folder(prepared["cache"], cache)
+    return JudgeProcess(env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
+                                 TRITON_CACHE_DIR=os.path.join(cache, "triton")))
 
 
 def unblock_sigint() -> set:
@@ -87,15 +104,18 @@ def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
     """The run's prepared reference caches for ``assignment``, built on a grading node (the
     compiler cache is specific to the machine type, so the cluster's nodes should be one type)."""
     from grader.cohort import pipeline
-    from grader.isolation import sandbox
     from grader.cohort.grade import _gpu_count
 
     course = tempfile.mkdtemp(prefix=f"ray-prepare-{assignment}-")
     try:
         unpack_folder(payload, course)
-        return pipeline.prepare_references(assignment, course, isolation=sandbox.probe(
-            options["sandbox"]), sandbox=options["sandbox"],
-            device="cuda:0" if _gpu_count() else None)
+        judge = _judge(course, None)
+        try:
+            seconds = pipeline.prepare_references(assignment, course, judge,
+                                                  device="cuda:0" if _gpu_count() else None)
+        finally:
+            judge.close()
+        return {"cache": pack_folder(os.path.join(course, "judge-cache")), "seconds": seconds}
     finally:
         shutil.rmtree(course, ignore_errors=True)
 

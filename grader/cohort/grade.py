@@ -7,10 +7,11 @@ The pipeline is an ordered list of small steps (:data:`STEPS`); the order matter
 When ``submitted/`` is empty, the bundled demo cohort (:mod:`grader.cohort.demo`) is graded in a
 separate course folder (``build/demo-course``), and the output says so.
 
-Trust: a submission's autograded points are decided by the grading pipeline
-(:mod:`grader.cohort.pipeline`) in this process, which never runs learner code: it reads the solution
-cells from the submitted notebook, screens them, measures each problem in a fresh sandboxed
-worker and scores every test cell from the problem set's ``TEST_CELLS``. nbgrader then runs the
+Trust: a submission's autograded points are decided by processes that never run learner code:
+the grading pipeline (:mod:`grader.cohort.pipeline`) in this process reads the solution cells from
+the submitted notebook, screens them, and has a judge process (:mod:`grader.isolation.judge`, one
+per worker) grade each problem — the learner's code runs in a sandboxed subject process that only
+answers the judge — then scores every test cell from the problem set's ``TEST_CELLS``. nbgrader then runs the
 notebook (for the feedback) in a temporary course copy, with the kernel — the only part that runs
 learner code — in the sandbox (:mod:`grader.cohort.kernel`), and its ``ApplyPipelineScores`` step puts
 the pipeline's points on the test cells. Learner code sees neither the course nor the gradebook
@@ -30,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -38,7 +40,7 @@ import warnings
 
 from grader.cohort import assign
 from grader.isolation import sandbox
-from grader.cohort.kernel import kernel_settings
+from grader.cohort.kernel import kernel_settings, short_runtime_dir
 
 MARKER = ".graded.json"
 RESULTS_FILE = "grader-results.json"   # the pipeline's result, kept beside the graded notebook
@@ -46,6 +48,7 @@ DISAGREEMENTS_FILE = "grader-disagreements.json"  # test cells where the kernel 
 DEFAULT_TIMEOUT_S = 20 * 60
 DEFAULT_MEMORY_BYTES = 10 * 1024 ** 3
 DEFAULT_ROSTER = "canvas-roster.csv"   # Canvas's gradebook export, if the instructor put it there
+UNSCREENED_FOR_TESTS_ENV = "COURSE_UNSCREENED_FOR_TESTS"  # tests only: students not screened
 
 
 @dataclasses.dataclass
@@ -93,9 +96,13 @@ class Run:
     sandbox: str = "auto"
     regrade: bool = False
     demo: bool = False
+    demo_students: list[str] | None = None  # the demo personas to grade (default: the first run's)
+    subject_timeout_s: float | None = None  # per judge job (default: the problem's own)
     isolation: sandbox.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
-    prepared: dict = dataclasses.field(default_factory=dict)  # assignment -> problem -> prepared
+    prepared: dict = dataclasses.field(default_factory=dict)  # Ray: assignment -> judge cache
+    judges: list = dataclasses.field(default_factory=list)    # one JudgeProcess per worker
+    judge_dir: str = ""                                        # their logs and compiler cache
     prepare_seconds: float = 0.0
     executor: str = "local"  # 'local' (worker threads here) or 'ray' (grader.cohort.distributed)
     ray_address: str = ""    # a running Ray cluster; empty: RAY_ADDRESS, else a local instance
@@ -122,14 +129,36 @@ def find_submissions(run: Run) -> None:
         _zip_collect(run, assignment)
     subs = _scan(run.course, run.assignments)
     if not subs:
-        from grader.cohort.demo import DEMO_CELL_TIMEOUT_S, build_demo_course
+        from grader.cohort.demo import DEMO_CELL_TIMEOUT_S, DEMO_SUBJECT_TIMEOUT_S, build_demo_course
 
         run.demo = True
-        run.log("submitted/ is empty: grading the bundled demo cohort (8 students per problem set) "
-                "in build/demo-course/")
-        run.course = build_demo_course(run.course, run.assignments)
-        # The endless-loop student costs one cell timeout: keep it short for the demo.
+        from grader.cohort.demo import FIRST_SET_ALL, OTHER_SETS, PERSONAS
+
+        wanted = run.demo_students or []
+        unknown = sorted(set(wanted) - set(PERSONAS) - {"all"})
+        if unknown:
+            raise SystemExit(f"make grade: unknown demo students {unknown}; the demo cohort is "
+                             f"{', '.join(PERSONAS)} (or all)")
+        if wanted == ["all"]:
+            cohort, first_run = None, False
+            run.log("submitted/ is empty: grading the whole bundled demo cohort (8 made-up "
+                    "students per problem set) in build/demo-course/")
+        elif wanted:
+            cohort, first_run = {s: s for s in wanted}, False
+            run.log(f"submitted/ is empty: grading the demo students {', '.join(wanted)} in "
+                    f"build/demo-course/")
+        else:
+            cohort, first_run = None, True
+            run.log(f"submitted/ is empty: grading the bundled demo cohort in build/demo-course/: "
+                    f"all 8 made-up students in {FIRST_SET_ALL} (every way a submission can fail), "
+                    f"{', '.join(OTHER_SETS)} in the other sets (--demo-students all: everyone)")
+        run.course = build_demo_course(run.course, run.assignments, cohort=cohort,
+                                       first_run=first_run)
+        # The endless-loop student costs one cell timeout and one subject timeout: keep them
+        # short for the demo.
         run.cell_timeout_s = min(run.cell_timeout_s, DEMO_CELL_TIMEOUT_S)
+        run.subject_timeout_s = min(run.subject_timeout_s or DEMO_SUBJECT_TIMEOUT_S,
+                                    DEMO_SUBJECT_TIMEOUT_S)
         subs = _scan(run.course, run.assignments)
     run.submissions = subs
     run.log(f"{len(subs)} submissions: {len({s.student for s in subs})} students, "
@@ -215,6 +244,8 @@ def choose_isolation(run: Run) -> None:
     run.log(f"isolation of learner code: {run.isolation.describe()}")
     if not run.isolation.sandboxed and shutil.which("bwrap") is None and run.sandbox != "off":
         run.log(SANDBOX_SETUP_HINT)
+    for note in sandbox.limit_notes(sandbox.Limits(memory_bytes=run.memory_bytes)):
+        run.log(f"limit for learner code lowered to this shell's: {note}")
 
 
 SANDBOX_SETUP_HINT = ("bubblewrap (the sandbox) is not installed: `make setup-sandbox` installs it "
@@ -247,27 +278,39 @@ def _db_url(course: str) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(course), "gradebook.db")
 
 
-def prepare_references(run: Run) -> None:
-    """Compile each timed problem's baseline and reference solution once for the whole run
-    (:func:`grader.cohort.pipeline.prepare_references`); every submission's worker then starts from
-    that compiler cache instead of compiling them again, and is credited against the reference's
-    cold compile time measured here. Runs no learner code."""
+def start_judges(run: Run) -> None:
+    """One judge process per worker (:mod:`grader.isolation.judge`: it never runs learner code,
+    decides every point, and keeps each problem's baseline and reference compiled for every
+    submission it grades), each given the problem sets' references now, before the first
+    submission. Judges share one compiler cache, so the second compiles nothing the first did."""
     from grader.cohort.pipeline import prepare_references as prepare
+    from grader.isolation.judge import JudgeProcess
 
-    gpus = _gpu_count()
-    for assignment in sorted({s.assignment for s in run.submissions
-                              if run.regrade or not _already_graded(run, s)}):
-        started = time.monotonic()
-        if run.executor == "ray":  # built on a grading node: the cache suits its machine type
+    todo = sorted({s.assignment for s in run.submissions
+                   if run.regrade or not _already_graded(run, s)})
+    if run.executor == "ray":
+        for assignment in todo:  # built on a grading node: the cache suits its machine type
+            started = time.monotonic()
             run.prepared[assignment] = _ray(run).prepare(run.course, assignment, _task_options(run))
-        else:
-            run.prepared[assignment] = prepare(
-                assignment, run.course, sandbox=_sandbox_mode(run), isolation=run.isolation,
-                device="cuda:0" if gpus else None)
-        if run.prepared[assignment]:
-            run.log(f"{assignment}: baseline and reference compiled once for the run "
-                    f"({', '.join(sorted(run.prepared[assignment]))}) in "
-                    f"{time.monotonic() - started:.0f} s")
+            run.prepare_seconds += time.monotonic() - started
+        return
+    if not todo:
+        return
+    run.judge_dir = tempfile.mkdtemp(prefix="judges-")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(run.judge_dir, "inductor"),
+               TRITON_CACHE_DIR=os.path.join(run.judge_dir, "triton"))
+    gpus = _gpu_count()
+    for slot in range(max(1, run.workers)):
+        run.judges.append(JudgeProcess(env=env, log_path=os.path.join(run.judge_dir,
+                                                                       f"judge-{slot}.log")))
+    for assignment in todo:
+        started = time.monotonic()
+        for slot, judge in enumerate(run.judges):
+            device = f"cuda:{slot % gpus}" if gpus else None
+            built = prepare(assignment, run.course, judge, device=device)
+            if slot == 0 and built:
+                run.log(f"{assignment}: baseline and reference compiled once for the run "
+                        f"({', '.join(sorted(built))}) in {time.monotonic() - started:.0f} s")
         run.prepare_seconds += time.monotonic() - started
 
 
@@ -287,7 +330,8 @@ def _ray(run: Run):
 def _task_options(run: Run) -> dict:
     """What a Ray task needs to grade as this run does (plain data)."""
     return {"sandbox": _sandbox_mode(run), "timeout_s": run.timeout_s,
-            "memory_bytes": run.memory_bytes, "cell_timeout_s": run.cell_timeout_s}
+            "memory_bytes": run.memory_bytes, "cell_timeout_s": run.cell_timeout_s,
+            "subject_timeout_s": run.subject_timeout_s}
 
 
 def autograde_all(run: Run) -> None:
@@ -425,11 +469,12 @@ def _submitted_notebook(run: Run, sub: Submission) -> str | None:
 def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
     """Grade one submission: the pipeline's points (no learner code here), then nbgrader in a
     temporary course copy with the kernel sandboxed. Returns (folder, failure, seconds, phases):
-    ``phases`` holds the seconds of each step (each problem's worker, broken down by the worker;
+    ``phases`` holds the seconds of each step (each group of problems the judge graded, broken
+    down by the judge;
     nbgrader's run of the notebook) for ``make bench-grade``."""
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-")
-    uid = None
+    uid = runtime_dir = None
     phases: dict = {}
     try:
         # 1. The points, decided here.
@@ -439,9 +484,14 @@ def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
         from grader.cohort.pipeline import grade_notebook
 
         device = f"cuda:{slot % gpus}" if gpus else None  # one timed submission per GPU
+        judge = run.judges[slot % len(run.judges)] if run.judges else None
+        # The grader's own attack tests name students whose code skips the screen (defence in
+        # depth) to attack what stands behind it; a submission cannot reach this process's
+        # environment.
+        screen = sub.student not in os.environ.get(UNSCREENED_FOR_TESTS_ENV, "").split(",")
         result = grade_notebook(notebook, sub.assignment, run.course, sandbox=_sandbox_mode(run),
-                                device=device, prepared=run.prepared.get(sub.assignment),
-                                isolation=run.isolation)
+                                device=device, judge=judge, isolation=run.isolation, screen=screen,
+                                timeout_s=run.subject_timeout_s)
         pipeline_file = os.path.join(tmp, "pipeline.json")
         display_file = os.path.join(tmp, "pipeline-display.json")
         result.save(pipeline_file, display_file)
@@ -463,13 +513,14 @@ def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
             os.chmod(root, 0o755)
         if run.isolation.sandboxed and sandbox.switches_user():
             uid = sandbox.take_uid()
+        runtime_dir = short_runtime_dir()
         env = assign.nbgrader_env()
         env.update(HOME=os.path.join(tmp, "home"), TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1",
                    MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1", JUPYTER_RUNTIME_DIR=tmp,
                    COURSE_PIPELINE_FILE=pipeline_file,
                    COURSE_KERNEL_SANDBOX=kernel_settings(
                        isolation=run.isolation, uid=uid,
-                       runtime_dir=os.path.join(tmp, "kernel-runtime"), workdir=workdir,
+                       runtime_dir=runtime_dir, workdir=workdir,
                        results=display_file, memory_bytes=run.memory_bytes))
         for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_PATH"):
             env.pop(name, None)
@@ -493,6 +544,8 @@ def _grade_one(run: Run, sub: Submission, slot: int, gpus: int):
         return tmp, f"could not grade: {type(exc).__name__}: {exc}", time.monotonic() - t0, phases
     finally:
         sandbox.give_back_uid(uid)
+        if runtime_dir:
+            shutil.rmtree(runtime_dir, ignore_errors=True)
 
 
 def _unreadable_reason(sub: Submission) -> str | None:
@@ -564,6 +617,8 @@ def _merge(run: Run, sub: Submission, tmp: str | None, failure: str | None, dige
         os.makedirs(target, exist_ok=True)
         with open(os.path.join(target, "NOT_GRADED.txt"), "w") as fh:
             fh.write(failure + "\n")
+        if tmp and os.path.exists(os.path.join(tmp, "autograde.log")):  # the whole story
+            shutil.copy(os.path.join(tmp, "autograde.log"), os.path.join(target, "autograde.log"))
     for name, kept in (("pipeline.json", RESULTS_FILE),
                        ("pipeline.json.disagreements.json", DISAGREEMENTS_FILE)):
         if tmp and os.path.exists(os.path.join(tmp, name)):
@@ -592,8 +647,15 @@ def _log_tail(tmp: str | None) -> str:
         text = open(os.path.join(tmp, "autograde.log"), errors="replace").read()
     except (OSError, TypeError):
         return ""
-    lines = [ln for ln in text.splitlines() if "ERROR" in ln or "Error" in ln] or text.splitlines()
-    return "\n".join(lines[-5:])
+    lines = text.splitlines()
+    # Why a kernel could not start comes first: a limit its launcher could not set, a dead kernel.
+    causes = [ln for ln in lines if "prlimit:" in ln or "Kernel died" in ln or "bwrap:" in ln]
+    # The exception each traceback ended with (its last line, unindented), not "Traceback (...":
+    ends = [lines[i] for i in range(len(lines))
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", lines[i])]
+    errors = ends or [ln for ln in lines if ("ERROR" in ln or "Error" in ln)
+                      and "Traceback (most recent call last)" not in ln]
+    return "\n".join(list(dict.fromkeys(causes[-3:] + errors[-5:])) or lines[-5:])
 
 
 def generate_feedback(run: Run) -> None:
@@ -601,6 +663,10 @@ def generate_feedback(run: Run) -> None:
     Runs no learner code."""
     for assignment in sorted({s.assignment for s in run.submissions}):
         assign.nbgrader("generate_feedback", assignment, "--force", cwd=run.course, check=False)
+        for o in run.outcomes:
+            if o.submission.assignment == assignment:
+                wrap_feedback_lines(os.path.join(run.course, "feedback", o.submission.student,
+                                                 assignment))
     for o in run.outcomes:
         if o.status == "failed" or (o.status == "skipped" and o.reason):
             folder = os.path.join(run.course, "feedback", o.submission.student, o.submission.assignment)
@@ -608,9 +674,32 @@ def generate_feedback(run: Run) -> None:
             import html
 
             with open(os.path.join(folder, "NOT_GRADED.html"), "w") as fh:
-                fh.write(f"<html><body><h1>{o.submission.assignment}: not graded</h1>"
+                fh.write(f"<html><head><meta charset='utf-8'>{FEEDBACK_STYLE}</head><body>"
+                         f"<h1>{o.submission.assignment}: not graded</h1>"
                          f"<p>Your submission scored 0 because it could not be graded:</p>"
                          f"<pre>{html.escape(o.reason)}</pre></body></html>\n")
+
+
+# nbgrader's feedback shows outputs in <pre> blocks that keep each line on one line: a verdict
+# with its figures and hint runs off the side. Wrap them instead.
+FEEDBACK_STYLE = ("<style id='course-wrap'>pre { white-space: pre-wrap; overflow-wrap: anywhere; }"
+                  "</style>")
+
+
+def wrap_feedback_lines(folder: str) -> None:
+    """Make the feedback pages in ``folder`` wrap long output lines (once per page)."""
+    if not os.path.isdir(folder):
+        return
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if not name.endswith(".html"):
+            continue
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        if "id='course-wrap'" in text or "</head>" not in text:
+            continue
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text.replace("</head>", FEEDBACK_STYLE + "</head>", 1))
 
 
 def export_grades(run: Run) -> None:
@@ -669,7 +758,7 @@ STEPS = [
     find_submissions,
     choose_isolation,    # after find_submissions: the demo cohort may run without a sandbox
     prepare_gradebook,   # before autograding: hidden tests are restored from the gradebook
-    prepare_references,  # after choose_isolation: compiled in the sandbox the workers use
+    start_judges,        # after choose_isolation: the judges start the sandboxed subjects
     autograde_all,
     generate_feedback,   # after autograding: renders the autograded notebooks
     export_grades,
@@ -690,6 +779,10 @@ def grade(course: str = ".", assignments: list[str] | None = None, **options) ->
         for step in STEPS:
             step(run)
     finally:
+        for judge in run.judges:
+            judge.close()
+        if run.judge_dir:
+            shutil.rmtree(run.judge_dir, ignore_errors=True)
         if run.ray is not None:  # disconnects; stops the local instance if this run started it
             run.ray.shutdown()
     return run
@@ -739,6 +832,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray-address", default="",
                         help="a running Ray cluster (ray start --head prints it; default: the "
                              "RAY_ADDRESS variable, else a local instance is started)")
+    parser.add_argument("--demo-students", default="",
+                        help="when submitted/ is empty: grade only these demo students "
+                             "(comma-separated, e.g. ada_full,fay_crash), or all of them (all); "
+                             "default: all 8 in ps1, four in each other set")
     parser.add_argument("--regrade", action="store_true",
                         help="grade every submission again, even those already graded and "
                              "unchanged (e.g. after fixing a test); grades are replaced, not added")
@@ -748,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
                 memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
                 sandbox=args.sandbox, regrade=args.regrade, executor=args.executor,
                 ray_address=args.ray_address,
+                demo_students=[x for x in args.demo_students.split(",") if x] or None,
                 roster=os.path.abspath(roster) if roster else "")
     return exit_status(run)
 

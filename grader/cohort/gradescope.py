@@ -24,8 +24,10 @@ nbgrader's hidden tests is ``after_published``. Written answers are not in it: g
 
 Isolation: Gradescope runs each submission in a fresh container. bubblewrap is used when it can
 run there (:func:`grader.isolation.sandbox.probe`); Docker's default settings usually forbid the user
-namespaces it needs, and then learner code runs in the container without it (it could read the
-files of ``/autograder/source``, the reference solution among them). ``results.json`` records which
+namespaces it needs. Without it, as Gradescope advises, learner code runs as an unprivileged user
+id (the judge and the subject, :mod:`grader.isolation.judge`: only the subject runs learner code,
+and it decides nothing), and ``/autograder/source/course/source`` (the reference solution) is
+closed to it (``chmod 700``) before anything runs. ``results.json`` records which
 (``extra_data.isolation``), and the autograder's stdout, shown to instructors only, says so.
 """
 from __future__ import annotations
@@ -286,13 +288,20 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
             assignment = json.load(fh)["assignment"]
     isolation = sandbox_mod.probe(sandbox)
     print(f"isolation of learner code: {isolation.describe()}", flush=True)
+    if os.geteuid() == 0 and os.path.isdir(os.path.join(course, "source")):
+        # Only the judge (this user) reads the reference solution; learner code, which runs as
+        # an unprivileged user id without bubblewrap, cannot enter the folder.
+        os.chmod(os.path.join(course, "source"), 0o700)
+    from grader.cohort.grade import UNSCREENED_FOR_TESTS_ENV
+
+    screen = "gradescope" not in os.environ.get(UNSCREENED_FOR_TESTS_ENV, "").split(",")
     expected = os.path.basename(_source_notebook(course, assignment))
     notebook, result, failure = "", None, ""
     try:
         notebook = find_submission_notebook(os.path.join(root, "submission"), expected)
         print(f"grading {notebook} as {assignment}", flush=True)
         result = grade_notebook(notebook, assignment, course,
-                                sandbox="bwrap" if isolation.sandboxed else "off")
+                                sandbox="bwrap" if isolation.sandboxed else "off", screen=screen)
     except FileNotFoundError as exc:
         failure = str(exc)
     except ValueError as exc:   # not a notebook (grader.isolation.source)

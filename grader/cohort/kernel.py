@@ -36,6 +36,19 @@ def kernel_settings(*, isolation: sandbox.Isolation, uid: int | None, runtime_di
                        "memory_bytes": memory_bytes, "device": device})
 
 
+# A Unix socket's path holds at most 107 bytes: ZeroMQ's ipc sockets live in the kernel's runtime
+# folder, so it must have a short path whatever TMPDIR (or a long student name) would give it.
+MAX_SOCKET_PATH = 107
+
+
+def short_runtime_dir() -> str:
+    """A new folder with a short path for one kernel's connection file and ipc sockets."""
+    import tempfile
+
+    base = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else tempfile.gettempdir()
+    return tempfile.mkdtemp(prefix="ctc-", dir=base)
+
+
 def configured() -> dict | None:
     raw = os.environ.get(KERNEL_SANDBOX_ENV)
     return json.loads(raw) if raw else None
@@ -76,9 +89,14 @@ class SandboxedKernelManager(AsyncKernelManager):
         self.transport = "ipc"
         runtime = self.settings["runtime_dir"]
         os.makedirs(runtime, exist_ok=True)
-        base = os.path.join(runtime, f"kernel-{os.getpid()}-{id(self):x}")
+        import secrets
+
+        base = os.path.join(runtime, f"k{secrets.token_hex(4)}")
         self.connection_file = base + ".json"
         self.ip = base + "-ipc"
+        if len((self.ip + "-99").encode()) > MAX_SOCKET_PATH:
+            raise RuntimeError(f"the kernel's socket path {self.ip!r} is longer than a Unix socket "
+                               f"allows ({MAX_SOCKET_PATH} bytes): use a shorter temporary folder")
 
     def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
         argv = super().format_kernel_cmd(extra_arguments)

@@ -3,11 +3,12 @@
 For a submitted notebook this process (the trusted parent)
 
 1. reads the learner's solution cells from the ``.ipynb`` (by their nbgrader ``grade_id``);
-2. screens them (:mod:`grader.isolation.static_check`), then measures every problem of the set once in a
-   fresh, sandboxed worker (:func:`grader.isolation.check.evaluate`), with the reference solution from the
-   instructor's ``source/`` sent to the worker on its stdin;
-3. verifies each worker result (:mod:`grader.isolation.verify`) and scores every autograded test cell from
-   the problem set's ``TEST_CELLS`` (:func:`grader.isolation.check.score_cell`);
+2. screens them (:mod:`grader.isolation.static_check`), then has the judge grade every problem of
+   the set (:mod:`grader.isolation.judge`: a process that never runs learner code; the learner's
+   code runs in a sandboxed subject that answers its requests), against the reference solution
+   from the instructor's ``source/``;
+3. scores every autograded test cell from the problem set's ``TEST_CELLS``
+   (:func:`grader.isolation.check.score_cell`) from the judge's verdicts;
 4. writes it all to one JSON file: the points and text of each test cell, each problem's result
    (what the notebook displays, and the cohort report reads).
 
@@ -20,8 +21,9 @@ import dataclasses
 import json
 import time
 
+from grader.checks.results import Status
 from grader.isolation.check import score_cell
-from grader.problems import get_problem, test_cells
+from grader.problems import get_problem, public_names, test_cells
 from grader.isolation.source import solution_cells
 
 
@@ -32,7 +34,7 @@ class PipelineResult:
     assignment: str
     problems: dict        # key -> verified result
     cells: dict           # grade_id -> CellScore as a dict
-    seconds: dict         # key -> seconds its worker took
+    seconds: dict         # key -> seconds the judge took for it
     sandbox: str
 
     def phases(self) -> dict:
@@ -43,7 +45,7 @@ class PipelineResult:
             for name, seconds in (result.get("phases") or {}).items():
                 if isinstance(seconds, (int, float)):
                     out[name] = round(out.get(name, 0.0) + seconds, 3)
-            out[f"worker {key}"] = self.seconds.get(key, 0.0)
+            out[f"judge {key}"] = self.seconds.get(key, 0.0)
         return out
 
     @property
@@ -76,44 +78,67 @@ def problems_of(assignment: str) -> list[str]:
     return keys
 
 
-def prepare_references(assignment: str, course: str, *, sandbox: str = "auto", isolation=None,
-                       device: str | None = None) -> dict[str, dict]:
-    """Each timed problem's baseline and reference, compiled once for a grading run
-    (:func:`grader.isolation.check.prepare`): problem key -> prepared; problems whose preparation
-    failed are left out (their submissions compile them, as before)."""
+def groups_of(assignment: str, module: str | None = None) -> list[list[str]]:
+    """The problems a set's test cells are scored on, grouped by the solution cell they read:
+    each group is graded with one subject process (problems of one question share it)."""
+    groups: dict[str, list[str]] = {}
+    for key in problems_of(assignment):
+        groups.setdefault(get_problem(key, module).solution_grade_id, []).append(key)
+    return list(groups.values())
+
+
+def prepare_references(assignment: str, course: str, judge, *, device: str | None = None) -> dict:
+    """Build each timed problem's baseline and reference in ``judge`` (a running
+    :class:`grader.isolation.judge.JudgeProcess`) before the first submission: the seconds each
+    took, by problem."""
     from grader.isolation import check
 
-    prepared = {}
-    for key in problems_of(assignment):
-        ready = check.prepare(key, course_root=course, device=device, sandbox=sandbox,
-                              isolation=isolation)
-        if ready is not None:
-            prepared[key] = ready
-    return prepared
+    keys = [k for k in problems_of(assignment)
+            if any(c in get_problem(k).checks for c in ("speed", "job"))]
+    if not keys:
+        return {}
+    job = check.job_for(keys, [], course_root=course, device=device)
+    reply = judge.grade({**job, "op": "prepare"}, check.judge_timeout(job))
+    return reply.get("prepared", {}) if isinstance(reply, dict) else {}
 
 
 def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str = "auto",
                    device: str | None = None, timeout_s: float | None = None,
-                   prepared: dict[str, dict] | None = None, isolation=None) -> PipelineResult:
+                   judge=None, isolation=None, screen: bool = True) -> PipelineResult:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
-    ``prepared``: from :func:`prepare_references` (the same verdicts, fewer seconds)."""
-    from grader.isolation import check
+    ``judge``: a running :class:`grader.isolation.judge.JudgeProcess` (a grading run keeps one
+    per worker; by default one is started for this notebook). ``screen``: only the grader's own
+    tests turn the static check off, to attack what stands behind it."""
+    from grader.isolation import check, static_check
+    from grader.isolation.judge import JudgeProcess
 
-    cells_by_problem = {}
-    for key in problems_of(assignment):
-        problem = get_problem(key)
-        cells_by_problem[key] = solution_cells(notebook, [problem.solution_grade_id])
+    own = judge is None
+    judge = judge or JudgeProcess()
     problems, seconds, evaluations, sandbox_used = {}, {}, {}, "none"
-    for key, cells in cells_by_problem.items():
-        started = time.monotonic()
-        ev = check.evaluate(key, cells=cells, course_root=course, sandbox=sandbox,
-                            device=device, timeout_s=timeout_s, cache=False,
-                            prepared=(prepared or {}).get(key), isolation=isolation)
-        seconds[key] = round(time.monotonic() - started, 2)
-        evaluations[key] = ev
-        problems[key] = ev.result
-        sandbox_used = ev.result.get("sandbox") or sandbox_used
+    try:
+        for keys in groups_of(assignment):
+            first = get_problem(keys[0])
+            cells = solution_cells(notebook, [first.solution_grade_id])
+            started = time.monotonic()
+            refusals = static_check.check_cells(cells, first.allowed_config,
+                                                public_names(first)) if screen else []
+            if refusals:  # refused before anything runs (the judge would refuse it too)
+                results = {k: {"status": Status.REFUSED, "problem": k,
+                               "message": static_check.describe(refusals)} for k in keys}
+            else:
+                job = check.job_for(keys, cells, course_root=course, sandbox=sandbox,
+                                    device=device, timeout_s=timeout_s, isolation=isolation,
+                                    screen=screen)
+                results = check.run_job(job, judge)
+            for key in keys:
+                seconds[key] = round((time.monotonic() - started) / len(keys), 2)
+                evaluations[key] = check.Evaluation(get_problem(key), results[key])
+                problems[key] = results[key]
+                sandbox_used = results[key].get("sandbox") or sandbox_used
+    finally:
+        if own:
+            judge.close()
     scores = {grade_id: score_cell(cell, evaluations).to_dict()
               for grade_id, cell in test_cells(assignment).items()}
     return PipelineResult(assignment, problems, scores, seconds, sandbox_used)

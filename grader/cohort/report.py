@@ -97,7 +97,10 @@ def _figure(assignment: str, d: dict) -> bytes:
     ax.set(title=f"{assignment}: scores (n={len(d['scores'])})", xlabel=f"points of {d['max']:g}",
            ylabel="students")
     ax = axes[1]
-    if d["speedups"]:
+    if not d["speedups"]:
+        _absent(ax, "no speedup measured: no problem of this set is timed on its own,\n"
+                    "or no submission reached the timed check")
+    else:
         points = d["speedups"]
         labels = [f"{p.student}\n{p.problem.split('.', 1)[1]}" for p in points]
         values = [p.learner for p in points]
@@ -114,19 +117,76 @@ def _figure(assignment: str, d: dict) -> bytes:
     if d["causes"]:
         causes = d["causes"].most_common(6)
         ax.barh([c for c, _ in causes][::-1], [n for _, n in causes][::-1], color="#8172b2")
-    ax.set(title="graph-break causes in the cohort", xlabel="student x problem")
+        ax.set(xlabel="student x problem")
+    else:
+        _absent(ax, "no graph break in any submission\n(or none reached the graph-break check)")
+    ax.set(title="graph-break causes in the cohort")
     fig.tight_layout()
     png = _png(fig)
     plt.close(fig)
     return png
 
 
+def _absent(ax, text: str) -> None:
+    """A panel with nothing to plot says so, instead of drawing empty 0..1 axes."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, color="#555555",
+            transform=ax.transAxes, wrap=True)
+
+
+def feedback_page(course: str, student: str, assignment: str) -> str | None:
+    """The student's feedback page for a set, relative to ``reports/`` (None when there is none):
+    nbgrader's feedback HTML, or the page that says why the submission was not graded."""
+    folder = os.path.join(course, "feedback", student, assignment)
+    if not os.path.isdir(folder):
+        return None
+    pages = sorted(n for n in os.listdir(folder) if n.endswith(".html"))
+    page = next((n for n in pages if n != "NOT_GRADED.html"), None) or (pages[0] if pages else None)
+    return f"../feedback/{student}/{assignment}/{page}" if page else None
+
+
+def score_table(course: str, outcomes) -> str:
+    """Students x problem sets, each score linked to that student's feedback: what an
+    instructor looks for first."""
+    assignments = sorted({o.submission.assignment for o in outcomes})
+    by_cell = {(o.submission.student, o.submission.assignment): o for o in outcomes}
+    rows = ["<table class='scores'><tr><th>student</th>"
+            + "".join(f"<th>{html.escape(a)}</th>" for a in assignments) + "</tr>"]
+    for student in sorted({o.submission.student for o in outcomes}):
+        cells = []
+        for a in assignments:
+            o = by_cell.get((student, a))
+            if o is None:
+                cells.append("<td class='none'>&ndash;</td>")
+                continue
+            text = f"{o.score:g} / {o.max_score:g}" if not o.reason else "not graded"
+            link = feedback_page(course, student, a)
+            title = html.escape(o.reason.splitlines()[0], quote=True) if o.reason else ""
+            inner = f"<a href='{html.escape(link, quote=True)}'>{text}</a>" if link else text
+            cells.append(f"<td class='{'failed' if o.reason else 'graded'}' title='{title}'>"
+                         f"{inner}</td>")
+        rows.append(f"<tr><th>{html.escape(student)}</th>{''.join(cells)}</tr>")
+    return "\n".join(rows) + "</table>"
+
+
+STYLE = """<style>
+body { font-family: sans-serif; max-width: 1200px; margin: 1em auto; }
+table.scores { border-collapse: collapse; margin: 1em 0; }
+table.scores th, table.scores td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: right; }
+table.scores th { background: #f4f4f4; text-align: left; }
+td.failed { background: #fbe9e9; } td.none { color: #999; text-align: center; }
+img { max-width: 100%; }
+</style>"""
+
+
 def write_report(course: str, outcomes, report_dir: str) -> str:
     """Write ``report.html`` (and one PNG per assignment) into ``report_dir``; return its path."""
     os.makedirs(report_dir, exist_ok=True)
     data = collect(course, outcomes)
-    parts = ["<html><head><meta charset='utf-8'><title>Grading report</title></head><body>",
-             "<h1>Grading report</h1>"]
+    parts = ["<html><head><meta charset='utf-8'><title>Grading report</title>", STYLE,
+             "</head><body>", "<h1>Grading report</h1>",
+             "<h2>Scores</h2><p>Each score links to that student's feedback.</p>",
+             score_table(course, outcomes)]
     for assignment in sorted(data):
         d = data[assignment]
         png = _figure(assignment, d)

@@ -5,12 +5,13 @@
 >>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
 >>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 
-Everything is measured in a fresh, sandboxed process (:mod:`grader.isolation.worker` via
-:mod:`grader.isolation.isolate`) from the *source* of the cell that defined ``FixedModel``, after a static
-check of that source (:mod:`grader.isolation.static_check`), and the result is verified in this process
-(:mod:`grader.isolation.verify`). Where the course's ``source/`` folder is at hand (an instructor's
-machine), the reference solution is measured in the same run; elsewhere (a student's machine,
-Colab) the shipped per-device floors are used, and the verdict says so.
+Everything is decided by a judge process that never runs learner code (:mod:`grader.isolation.judge`):
+the learner's code, taken from the *source* of the cell that defined ``FixedModel`` and screened
+first (:mod:`grader.isolation.static_check`), runs in a fresh sandboxed subject process that
+answers the judge's requests; the judge checks its outputs, checks and times the graph it
+compiled to, and computes every verdict. Where the course's ``source/`` folder is at hand (an
+instructor's machine), the reference solution is measured in the same run; elsewhere (a
+student's machine, Colab) the shipped per-device floors are used, and the verdict says so.
 
 During ``make grade`` the points are not decided here: the grading pipeline
 (:mod:`grader.cohort.pipeline`) measures every problem of a submission in a process that never runs
@@ -27,7 +28,7 @@ import json
 import os
 from typing import Iterable
 
-from grader.problems import Problem, TestCell, get_problem, test_cells
+from grader.problems import Problem, TestCell, get_problem, public_names, test_cells
 from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
 from grader.isolation.source import Cell, cells_defining, solution_cells
 
@@ -41,7 +42,7 @@ class CheckFailed(AssertionError):
 
 @dataclasses.dataclass
 class Evaluation:
-    """The (verified) worker result for one problem, with learner-facing messages."""
+    """The judge's result for one problem, with learner-facing messages."""
 
     problem: Problem
     result: dict
@@ -49,7 +50,7 @@ class Evaluation:
 
     @functools.cached_property
     def parsed(self) -> ProblemResult:
-        """The result, typed (the dict is what the worker wrote and verify checked)."""
+        """The result, typed (the dict is what the judge wrote)."""
         return ProblemResult.from_dict(self.result)
 
     @property
@@ -241,89 +242,109 @@ def _from_pipeline(problem: Problem, results: dict) -> Evaluation:
 # ---------------------------------------------------------------------------------------------
 # Public API
 
+def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
+            device: str | None = None, budget_s: float | None = None,
+            timeout_s: float | None = None, sandbox: str = "auto",
+            problem_module: str | None = None, course_root: str | None = None,
+            checks: dict[str, list[str]] | None = None, isolation=None,
+            screen: bool = True) -> dict:
+    """The judge's job for problems ``keys`` that share the learner's cells ``learner``
+    (:meth:`grader.isolation.judge.Judge.grade`): the reference solutions come from ``source/``
+    when it is at hand and ``reference`` is 'auto'."""
+    from grader.checks.targets import default_device
+
+    problems = [get_problem(k, problem_module) for k in keys]
+    refs = {}
+    for problem in problems:
+        wanted = (checks or {}).get(problem.key, problem.checks)
+        if reference == "auto" and any(c in problem.checks and c in wanted for c in ("speed", "job")):
+            cells = reference_cells(problem, course_root)
+            if cells:
+                refs[problem.key] = [c.to_dict() for c in cells]
+    job = {"problems": list(keys), "problem_module": problem_module,
+           "learner_cells": [c.to_dict() for c in learner], "reference_cells": refs,
+           "device": device or default_device(), "budget_s": budget_s,
+           "timeout_s": timeout_s or max(300.0, 4 * max(p.budget_s for p in problems)),
+           "sandbox": sandbox, "screen": screen}
+    if checks is not None:
+        job["checks"] = checks
+    if isolation is not None:
+        job["isolation"] = {"mode": isolation.mode, "reason": isolation.reason}
+    return job
+
+
+def judge_timeout(job: dict) -> float:
+    """How long a judge may take for ``job``: the subject's time, the timing budgets, and the
+    first build of the reference side (compiles)."""
+    budgets = sum(max(45.0, 3 * get_problem(k, job.get("problem_module")).budget_s)
+                  for k in job["problems"])
+    return float(job["timeout_s"]) + budgets + 600.0
+
+
+def run_job(job: dict, judge=None) -> dict[str, dict]:
+    """Grade ``job`` with ``judge`` (a :class:`grader.isolation.judge.JudgeProcess`; by default
+    a new one, for this job only); returns ``{key: result dict}``. A judge that fails makes a
+    grader-error result for each problem, with the reason."""
+    from grader.isolation.judge import JudgeProcess
+
+    own = judge is None
+    judge = judge or JudgeProcess()
+    try:
+        reply = judge.grade(job, judge_timeout(job))
+    finally:
+        if own:
+            judge.close()
+    results = reply.get("results") if isinstance(reply, dict) else None
+    if not isinstance(results, dict):
+        why = reply.get("error", "no result") if isinstance(reply, dict) else "no result"
+        return {k: {"status": Status.GRADER_ERROR, "problem": k,
+                    "message": f"the judge failed: {why}"} for k in job["problems"]}
+    return {k: results.get(k) or {"status": Status.GRADER_ERROR, "problem": k,
+                                  "message": "the judge sent no result"} for k in job["problems"]}
+
+
 def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference: str = "auto",
              device: str | None = None, budget_s: float | None = None,
              timeout_s: float | None = None, sandbox: str = "auto",
              problem_module: str | None = None, course_root: str | None = None,
-             checks: Iterable[str] | None = None, cache: bool = True,
-             prepared: dict | None = None, isolation=None) -> Evaluation:
-    """Grade ``key`` in a fresh process from the source of ``objects`` (or from ``cells``).
+             checks: Iterable[str] | None = None, cache: bool = True, isolation=None,
+             judge=None, screen: bool = True) -> Evaluation:
+    """Grade ``key`` from the source of ``objects`` (or from ``cells``): a judge process runs the
+    learner's code in a sandboxed subject and decides every verdict itself
+    (:mod:`grader.isolation.judge`).
 
     ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
     (self-check floors only). Results are cached in this process by the learner's source, so
-    several test cells share one measurement (``cache=False``: always measure). ``checks`` limits which of the problem's checks
-    run (default: all). ``sandbox``: 'auto', 'bwrap' (required) or 'off' (see
-    :func:`grader.isolation.sandbox.probe`); ``isolation``: one already probed (a grading run probes once).
-    ``prepared``: the compiled baseline and reference from :func:`prepare` (a grading run
-    compiles them once, not once per submission).
+    several test cells share one measurement (``cache=False``: always measure). ``checks``
+    limits which of the problem's checks run (default: all). ``sandbox``: 'auto', 'bwrap'
+    (required) or 'off' (see :func:`grader.isolation.sandbox.probe`); ``isolation``: one already
+    probed. ``judge``: a running :class:`grader.isolation.judge.JudgeProcess` (a grading run
+    keeps one per worker; by default a new one is started). ``screen``: only the grader's own
+    tests turn the static check off, to attack what stands behind it.
     """
-    from grader.isolation import isolate, static_check, verify
-    from grader.checks.targets import default_device, device_class
+    from grader.isolation import static_check
 
     problem = get_problem(key, problem_module)
     if cells is None and problem_module is None and (shown := _pipeline_results()) is not None:
         return _from_pipeline(problem, shown)
     learner = list(cells) if cells is not None else cells_defining(*objects)
-    checks = list(checks) if checks is not None else None
-    refusals = static_check.check_cells(learner, problem.allowed_config)
-    if refusals:
+    refusals = static_check.check_cells(learner, problem.allowed_config,
+                                        public_names(problem, problem_module)) if screen else []
+    if refusals:  # said here at once; the judge screens again before anything runs
         return Evaluation(problem, {"status": Status.REFUSED, "problem": key,
                                     "message": static_check.describe(refusals)})
-    timed = any(c in problem.checks and (checks is None or c in checks) for c in ("speed", "job"))
-    ref = reference_cells(problem, course_root) if reference == "auto" and timed else None
-    device = device or default_device()
-    spec = {
-        "problem": key, "problem_module": problem_module,
-        "learner_cells": [c.to_dict() for c in learner],
-        "reference_cells": [c.to_dict() for c in ref] if ref else None,
-        "device": device, "budget_s": budget_s,
-    }
-    if checks is not None:
-        spec["checks"] = checks
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    job = job_for([key], learner, reference=reference, device=device, budget_s=budget_s,
+                  timeout_s=timeout_s, sandbox=sandbox, problem_module=problem_module,
+                  course_root=course_root,
+                  checks={key: list(checks)} if checks is not None else None,
+                  isolation=isolation, screen=screen)
+    digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     if cache and digest in _RESULTS:
         return _RESULTS[digest]
-    if prepared and ref:
-        spec["prepared"] = prepared
-    raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
-                             sandbox_mode=sandbox, isolation=isolation)
-    result = raw if raw.get("status") in PROCESS_FAILURES else verify.verify(
-        problem, raw, checks=checks, with_reference=ref is not None,
-        device_class=device_class(device))
-    result["sandbox"] = raw.get("sandbox")
-    evaluation = Evaluation(problem, result)
-    if cache and result.get("status") not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
+    evaluation = Evaluation(problem, run_job(job, judge)[key])
+    if cache and evaluation.status not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
-
-
-def prepare(key: str, *, course_root: str | None = None, device: str | None = None,
-            sandbox: str = "auto", isolation=None, problem_module: str | None = None,
-            timeout_s: float | None = None) -> dict | None:
-    """Compile ``key``'s baseline and reference solution once, for every submission of a grading
-    run (:func:`evaluate`'s ``prepared``): their compiler cache folder, packed, and the
-    reference's cold first call in seconds, timed there. ``None`` when the problem is not timed,
-    there is no reference at hand, or the preparation failed (each submission then compiles
-    them itself, as without it). Runs no learner code."""
-    from grader.isolation import isolate
-    from grader.checks.targets import default_device
-
-    problem = get_problem(key, problem_module)
-    if not any(c in problem.checks for c in ("speed", "job")):
-        return None
-    ref = reference_cells(problem, course_root)
-    if not ref:
-        return None
-    spec = {"problem": key, "problem_module": problem_module, "prepare": True,
-            "learner_cells": [], "reference_cells": [c.to_dict() for c in ref],
-            "device": device or default_device()}
-    raw = isolate.run_worker(spec, timeout_s=timeout_s or max(300.0, 4 * problem.budget_s),
-                             sandbox_mode=sandbox, isolation=isolation)
-    first = raw.get("reference_first_s")
-    if raw.get("status") != Status.OK or not isinstance(raw.get("cache"), str) \
-            or not isinstance(first, (int, float)) or isinstance(first, bool) or not first >= 0:
-        return None
-    return {"cache": raw["cache"], "reference_first_s": float(first)}
 
 
 def skip_while_grading() -> bool:

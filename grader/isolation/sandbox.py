@@ -1,6 +1,6 @@
 """Run a command in a fresh, limited, sandboxed process: the one way the grader starts a process
-that executes learner code (the fresh-process worker, and the notebook kernel that nbgrader
-starts during ``make grade``).
+that executes learner code (the judge's subject, :mod:`grader.isolation.subject`, and the
+notebook kernel that nbgrader starts during ``make grade``).
 
 What a sandboxed process gets (bubblewrap, ``mode == "bwrap"``):
 
@@ -83,7 +83,9 @@ class Isolation:
     def describe(self) -> str:
         if self.sandboxed:
             return "bubblewrap sandbox (own filesystem view, no network, own user and PID namespace)"
-        return f"NO sandbox: {self.reason}" if self.reason else "NO sandbox"
+        user = (" (learner code runs as an unprivileged user id)"
+                if drops_privileges_unsandboxed() else "")
+        return (f"NO sandbox: {self.reason}" if self.reason else "NO sandbox") + user
 
 
 @dataclasses.dataclass
@@ -94,7 +96,6 @@ class Finished:
     output: bytes
     timed_out: bool
     seconds: float
-    channel: bytes = b""   # what the process wrote to its result channel (see :func:`run`)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -126,6 +127,34 @@ def give_back_uid(uid: int | None) -> None:
 def switches_user() -> bool:
     """Root drops to an unprivileged user id inside the sandbox (setpriv)."""
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def _others_can_reach(path: str, *, execute: bool = False) -> bool:
+    """Can a user who owns nothing open ``path`` (every folder on the way enterable by others)?"""
+    path = os.path.realpath(path)
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        if not os.stat("/" + "/".join(parts[:i])).st_mode & 0o001:
+            return False
+    mode = os.stat(path).st_mode
+    return bool(mode & (0o001 if execute else 0o004))
+
+
+@functools.lru_cache(maxsize=None)
+def drops_privileges_unsandboxed() -> bool:
+    """Without bubblewrap, root still runs learner code as an unprivileged user id (setpriv) when
+    that user can run this Python and read the grader package (Gradescope's image: setup.sh makes
+    its venv readable). Files the grading user keeps to itself (``chmod 700``) are then out of
+    reach, the course's ``source/`` among them where the instructor closed it. Where that user
+    could not even start Python (a venv under root's home), learner code runs as the grader's
+    user, and the isolation says so."""
+    if not switches_user():
+        return False
+    import site
+
+    needed = [python_executable(), os.path.join(grader_package_dir(), "__init__.py"),
+              *[p for p in site.getsitepackages() if os.path.isdir(p)]]
+    return all(_others_can_reach(p, execute=(p == needed[0])) for p in needed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,13 +232,14 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
     env = dict(env if env is not None else environment())
     prefix: list[str] = []
     if shutil.which("prlimit"):
-        prefix = ["prlimit", f"--nproc={_nproc(limits, uid)}", f"--fsize={limits.file_bytes}",
-                  "--core=0"]
-        if limits.memory_bytes and not device.startswith("cuda"):
-            prefix.append(f"--as={limits.memory_bytes}")
-        prefix.append("--")
+        prefix = ["prlimit", *(f"--{name}={value}" for name, value in
+                               child_limits(limits, device, uid).items()), "--"]
     if not isolation.sandboxed:
-        return prefix + ["env", "-i", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+        drop = []
+        if uid is not None:
+            drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                    "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+        return prefix + drop + ["env", "-i", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
     # The grader package is bound where it lies: put it first on the path there, so the sandboxed
     # Python imports this very copy whatever installed it (an editable install pointing at
     # another checkout, a copy unpacked from a Gradescope autograder zip). Its parent folder
@@ -259,6 +289,52 @@ def _nproc(limits: Limits, uid: int | None) -> int:
     if uid is not None and switches_user():
         return limits.task_limit()
     return _tasks_of_user(os.getuid()) + limits.task_limit()
+
+
+# prlimit's option names and the resource each sets.
+_RESOURCES = {"nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE", "core": "RLIMIT_CORE",
+              "as": "RLIMIT_AS"}
+
+
+def hard_limit(name: str) -> int | None:
+    """This process's hard limit of ``name`` (a key of :data:`_RESOURCES`); None: unlimited."""
+    import resource
+
+    hard = resource.getrlimit(getattr(resource, _RESOURCES[name]))[1]
+    return None if hard == resource.RLIM_INFINITY else int(hard)
+
+
+def child_limits(limits: Limits, device: str = "cpu", uid: int | None = None) -> dict[str, int]:
+    """The limits a sandboxed child gets (prlimit's names: nproc, fsize, core, as), each at most
+    this process's hard limit.
+
+    A child can only lower its limits: raising a hard limit above its parent's needs
+    CAP_SYS_RESOURCE, which root lacks in most containers. Asking for more would not merely be
+    refused, it would stop the child from starting (``prlimit: failed to set the NPROC resource
+    limit``): nbgrader saw a kernel that died before replying. So what the parent has is the
+    ceiling; :func:`limit_notes` says where that made a limit lower than asked."""
+    wanted = {"nproc": _nproc(limits, uid), "fsize": limits.file_bytes, "core": 0}
+    if limits.memory_bytes and not device.startswith("cuda"):
+        wanted["as"] = limits.memory_bytes
+    out = {}
+    for name, value in wanted.items():
+        hard = hard_limit(name)
+        out[name] = value if hard is None else min(value, hard)
+    return out
+
+
+def limit_notes(limits: Limits = Limits(), device: str = "cpu") -> list[str]:
+    """Where this process's own hard limits make a sandboxed child's lower than the grader asks
+    for (each is used as it is, and said once at the start of a grading run)."""
+    uid = UID_BASE if switches_user() else None
+    wanted = {"nproc": _nproc(limits, uid), "fsize": limits.file_bytes}
+    if limits.memory_bytes and not device.startswith("cuda"):
+        wanted["as"] = limits.memory_bytes
+    got = child_limits(limits, device, uid)
+    words = {"nproc": "processes and threads (ulimit -u)", "fsize": "file size (ulimit -f)",
+             "as": "address space (ulimit -v)"}
+    return [f"{words[name]}: {got[name]} (this shell's hard limit), not the {value} the grader "
+            f"asks for" for name, value in wanted.items() if got[name] < value]
 
 
 def _tasks_of_user(uid: int) -> int:
@@ -327,50 +403,29 @@ def probe(mode: str = "auto") -> Isolation:
 # Running
 
 def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
-        stdin=b"", read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
-        env: dict[str, str] | None = None, cwd: str | None = None, device: str = "cpu",
-        result_channel: bool = False) -> Finished:
+        stdin: bytes = b"", read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
+        env: dict[str, str] | None = None, cwd: str | None = None,
+        device: str = "cpu") -> Finished:
     """Run ``argv`` limited (and sandboxed) to the end or the timeout; never raises for what
-    the process does.
-
-    ``stdin`` (bytes) is written to the process and closed. With ``result_channel`` the process
-    gets one more open file descriptor, a pipe at an unpredictable number: ``stdin`` is then a
-    function of that number returning the bytes to send (the job tells the process where to
-    write, see :mod:`grader.isolation.worker`); what the process writes there is returned in
-    :attr:`Finished.channel`, apart from its stdout and stderr (``output``).
-    """
+    the process does. ``stdin`` is written to the process and closed."""
     uid = take_uid() if isolation.sandboxed and switches_user() else None
     token = secrets.token_hex(16)
     env = dict(env if env is not None else environment())
     env[TOKEN_ENV] = token
-    read_fd = write_fd = None
-    pass_fds: tuple = ()
-    if result_channel:
-        read_fd, pipe_w = os.pipe()
-        write_fd = fcntl_dup_high(pipe_w)
-        os.close(pipe_w)
-        pass_fds = (write_fd,)
     cmd = command(argv, isolation=isolation, limits=limits, read_only=read_only,
                   writable=writable, env=env, cwd=cwd, device=device, uid=uid)
-    data = stdin(write_fd) if callable(stdin) else stdin
     preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
     started = time.monotonic()
-    channel: list[bytes] = []
     output: list[bytes] = []
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=pass_fds,
-                                start_new_session=True, preexec_fn=preexec,
-                                cwd=cwd if not isolation.sandboxed else None)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=preexec, cwd=cwd if not isolation.sandboxed else None)
     except OSError as exc:
-        _close(read_fd, write_fd)
         give_back_uid(uid)
         return Finished(None, f"could not start: {exc}".encode(), False, 0.0)
     readers = [threading.Thread(target=lambda: output.append(proc.stdout.read()), daemon=True),
-               threading.Thread(target=_feed, args=(proc, data), daemon=True)]
-    if write_fd is not None:
-        os.close(write_fd)
-        readers.append(threading.Thread(target=_drain, args=(read_fd, channel), daemon=True))
+               threading.Thread(target=_feed, args=(proc, stdin), daemon=True)]
     for reader in readers:
         reader.start()
     timed_out = False
@@ -386,11 +441,127 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
         _kill_leftovers(token)
         for reader in readers:
             reader.join(timeout=10)
-        if readers[-1].is_alive() and write_fd is not None:  # the channel is still held open
-            channel.clear()
         give_back_uid(uid)
-    return Finished(proc.returncode, b"".join(output), timed_out, time.monotonic() - started,
-                    b"".join(channel))
+    return Finished(proc.returncode, b"".join(output), timed_out, time.monotonic() - started)
+
+
+class Running:
+    """A limited (and sandboxed) process the caller talks to while it runs (:func:`start`):
+    requests go to its stdin, replies come back on a channel of their own (a pipe whose number
+    the process is told on its command line), and what it prints is kept apart (the last
+    :data:`OUTPUT_TAIL_BYTES`). :meth:`finish` ends it and everything it started."""
+
+    def __init__(self, proc: subprocess.Popen, token: str, uid: int | None, reply_fd: int,
+                 started: float):
+        self.proc, self.token, self.uid, self.reply_fd = proc, token, uid, reply_fd
+        self.started = started
+        self._output = bytearray()
+        self._reader = threading.Thread(target=self._collect, daemon=True)
+        self._reader.start()
+        self.leftovers: list[int] = []
+
+    def _collect(self) -> None:
+        try:
+            while chunk := self.proc.stdout.read1(1 << 16):
+                self._output += chunk
+                if len(self._output) > 2 * OUTPUT_TAIL_BYTES:
+                    del self._output[:-OUTPUT_TAIL_BYTES]
+        except (OSError, ValueError):
+            pass
+
+    def send(self, data: bytes) -> None:
+        """Write ``data`` to the process's stdin (``BrokenPipeError`` when it has gone)."""
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def reader(self, deadline: float):
+        """An ``os.read`` for the reply channel that raises ``TimeoutError`` at ``deadline``
+        (``time.monotonic()``) instead of waiting for a process that does not answer."""
+        import select
+
+        def read(fd: int, n: int) -> bytes:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError("the process did not answer in time")
+            return os.read(fd, n)
+        return read
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def finish(self, grace_s: float = 5.0) -> Finished:
+        """End the process: close its stdin, give it ``grace_s`` to exit, then kill its whole
+        process group; kill whatever it started that is still running (its environment token),
+        and check that nothing is left (:attr:`leftovers`: what the second sweep found)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        timed_out = False
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(self.proc)
+            self.proc.wait()
+        _kill_group(self.proc)
+        # Sweep until a sweep finds nothing: a process killed a moment ago may still be dying,
+        # and one may have forked in between. What the last sweep still found is reported.
+        deadline = time.monotonic() + 5.0
+        while _kill_leftovers(self.token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.leftovers = _kill_leftovers(self.token)
+        self._reader.join(timeout=10)
+        _close(self.reply_fd)
+        give_back_uid(self.uid)
+        return Finished(self.proc.returncode, bytes(self._output[-OUTPUT_TAIL_BYTES:]), timed_out,
+                        time.monotonic() - self.started)
+
+
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+def _own_user(isolation: Isolation) -> bool:
+    """Does a learner process started with ``isolation`` get a user id of its own?"""
+    if isolation.sandboxed:
+        return switches_user()
+    return drops_privileges_unsandboxed()
+
+
+def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
+          read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
+          env: dict[str, str] | None = None, cwd: str | None = None,
+          device: str = "cpu", own: list[str] | tuple = ()) -> Running:
+    """Start ``argv`` limited (and sandboxed) with a reply channel: the channel's number is
+    appended to ``argv`` (``--reply-fd N``). ``limits.timeout_s`` is the caller's to enforce
+    (:meth:`Running.reader` deadlines, :meth:`Running.finish`). ``own``: folders the process
+    must be able to write, given to its user id when it gets one of its own. Raises ``OSError``
+    when the process cannot be started at all."""
+    uid = take_uid() if _own_user(isolation) else None
+    for folder in own:
+        if uid is not None:
+            os.chown(folder, uid, uid)
+    token = secrets.token_hex(16)
+    env = dict(env if env is not None else environment())
+    env[TOKEN_ENV] = token
+    read_fd, pipe_w = os.pipe()
+    write_fd = fcntl_dup_high(pipe_w)
+    os.close(pipe_w)
+    cmd = command([*argv, "--reply-fd", str(write_fd)], isolation=isolation, limits=limits,
+                  read_only=read_only, writable=writable, env=env, cwd=cwd, device=device, uid=uid)
+    preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                start_new_session=True, preexec_fn=preexec,
+                                cwd=cwd if not isolation.sandboxed else None)
+    except OSError:
+        _close(read_fd, write_fd)
+        give_back_uid(uid)
+        raise
+    os.close(write_fd)  # the process holds the only writing end: EOF when it is gone
+    return Running(proc, token, uid, read_fd, started)
 
 
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
@@ -405,23 +576,11 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
 
 
 def fcntl_dup_high(fd: int) -> int:
-    """A duplicate of ``fd`` at an unpredictable number above 100 (the result channel's)."""
+    """A duplicate of ``fd`` at a number above 100 (the reply channel's: clear of the low
+    numbers a process opens for itself)."""
     import fcntl
 
     return fcntl.fcntl(fd, fcntl.F_DUPFD, 100 + secrets.randbelow(800))
-
-
-def _drain(fd: int, sink: list[bytes]) -> None:
-    try:
-        while chunk := os.read(fd, 1 << 16):
-            sink.append(chunk)
-    except OSError:
-        pass
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 def _close(*fds) -> None:
@@ -435,12 +594,15 @@ def _close(*fds) -> None:
 
 def _fallback_limits(limits: Limits, device: str):
     """Without prlimit (not Linux): the same limits set in the child before it starts."""
+    values = child_limits(limits, device)
+
     def apply() -> None:
         import resource
 
-        if limits.memory_bytes and not device.startswith("cuda"):
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        for name in ("as", "core"):
+            if name in values:
+                rid = getattr(resource, _RESOURCES[name])
+                resource.setrlimit(rid, (values[name], values[name]))
     return apply
 
 

@@ -5,7 +5,8 @@ that reads files, reaches the interpreter's internals, rebinds the grader's or t
 changes the compiler's configuration or does work when it is loaded is not a solution, and it is
 how a grade would be forged; so it is refused, with the line and the reason, before anything runs
 (in the trusted grading process, and in self-check so that a learner hears it before submitting).
-The worker screens again, and its snapshot (:mod:`grader.isolation.worker`) catches what gets through.
+The judge screens again before it starts the subject. No point depends on the screen: it is defence
+in depth in front of a process that decides nothing (:mod:`grader.isolation.judge`).
 
 The rules, for every solution cell:
 
@@ -93,6 +94,20 @@ ALLOWED_LOAD_TIME_CALLS = {
     "torch.Generator", "functools.partial", "collections.namedtuple", "dataclasses.field",
     "field", "torch.library.custom_op", "torch.no_grad", "torch.inference_mode",
 }
+# The names a solution may use without defining or importing them (every other free name must be
+# the problem set's, or refused): builtins that compute, nothing that reaches files, code,
+# memory or the interpreter.
+ALLOWED_BUILTINS = frozenset("""
+abs all any bool callable chr dict divmod enumerate filter float format frozenset hasattr hash
+int isinstance issubclass iter len list map max min next ord pow print property range repr
+reversed round set slice sorted staticmethod classmethod str sum super tuple zip True False None
+NotImplemented Ellipsis Exception ValueError TypeError RuntimeError AssertionError KeyError
+IndexError ZeroDivisionError StopIteration NotImplementedError ArithmeticError FloatingPointError
+""".split())
+# torch's submodules a solution may reach (``torch.jit``, ``torch.fx``, ``torch.export``,
+# ``torch.package`` ... compile or load code and are not among them).
+ALLOWED_TORCH_SUBMODULES = frozenset({"nn", "linalg", "fft", "special", "compiler", "library",
+                                      "cuda", "amp", "autograd", "types"})
 _FORMAT_ATTRIBUTE = re.compile(r"\{[^{}]*[.\[][^{}]*\}")
 _TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign,
               ast.AnnAssign, ast.AugAssign, ast.Pass)
@@ -169,9 +184,31 @@ def _module_allowed(module: str) -> str | None:
     return None
 
 
+def defined_names(tree: ast.AST) -> set[str]:
+    """Every name a piece of code binds anywhere (assignments, definitions, parameters, imports,
+    loop, comprehension, ``with`` and ``except`` targets)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    return names
+
+
 class _Screen(ast.NodeVisitor):
-    def __init__(self, cell: Cell, lines: list[str], allowed_config: frozenset):
+    def __init__(self, cell: Cell, lines: list[str], allowed_config: frozenset,
+                 known: frozenset | None = None):
         self.cell, self.lines, self.allowed_config = cell, lines, allowed_config
+        self.known = known   # names a free name may be (None: not checked)
         self.refusals: list[Refusal] = []
         self._seen: set[tuple[int, str]] = set()
 
@@ -207,7 +244,7 @@ class _Screen(ast.NodeVisitor):
                 if stmt.value is not None:
                     self.visit(stmt.value)
                 if isinstance(stmt, ast.AnnAssign):
-                    self.visit(stmt.annotation)
+                    self.screen_annotation(stmt.annotation)
             elif isinstance(stmt, ast.ClassDef):
                 self.screen_class(stmt)
             else:
@@ -272,13 +309,31 @@ class _Screen(ast.NodeVisitor):
         for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d)]:
             self.screen_load_time_calls(default)
         if node.returns is not None:
-            self.screen_load_time_calls(node.returns)
+            self.screen_annotation(node.returns)
         for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
                     node.args.vararg, node.args.kwarg]:
             if arg is not None and arg.annotation is not None:
-                self.screen_load_time_calls(arg.annotation)
+                self.screen_annotation(arg.annotation)
         for child in [*node.args.defaults, *(d for d in node.args.kw_defaults if d), *node.body]:
             self.visit(child)
+
+    def screen_annotation(self, annotation: ast.expr) -> None:
+        """An annotation is code that may run later (``typing.get_type_hints``, and torch's
+        ``custom_op`` reading a signature): screened as code, and a string one as the code it
+        holds."""
+        self.screen_load_time_calls(annotation)
+        self.visit(annotation)
+        for sub in ast.walk(annotation):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                try:
+                    inner = ast.parse(sub.value, mode="eval")
+                except SyntaxError:
+                    self.refuse(annotation, "a string annotation must name a type")
+                    continue
+                for node in ast.walk(inner):
+                    ast.copy_location(node, annotation)
+                self.screen_load_time_calls(inner.body)
+                self.visit(inner.body)
 
     def visit_AsyncFunctionDef(self, node) -> None:
         self.refuse(node, "`async` code is not available to a solution")
@@ -317,6 +372,13 @@ class _Screen(ast.NodeVisitor):
         self.visit(node.value)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if self.known is not None and isinstance(node.ctx, ast.Load) \
+                and node.id not in self.known and node.id not in FORBIDDEN_NAMES \
+                and not _is_dunder(node.id):
+            self.refuse(node, f"`{node.id}` is not available to a solution: a solution may use "
+                              f"the problem set's names, what it defines or imports itself, and "
+                              f"Python's computing builtins")
+            return
         if node.id in FORBIDDEN_NAMES:
             self.refuse(node, f"`{node.id}` is not available to a solution (it reaches files, "
                               f"processes, memory or the interpreter)")
@@ -328,6 +390,13 @@ class _Screen(ast.NodeVisitor):
         name = _dotted(node)
         if name is not None and (name in ALLOWED_PRIVATE or name in self.allowed_config):
             return  # an allowed private chain: its inner parts are private on purpose
+        parts = name.split(".") if name else []
+        if len(parts) >= 2 and parts[0] == "torch" and not parts[1].startswith("_") \
+                and _is_torch_submodule(parts[1]) \
+                and parts[1] not in ALLOWED_TORCH_SUBMODULES:
+            self.refuse(node, f"`torch.{parts[1]}` is not available to a solution (only "
+                              f"{', '.join(sorted(ALLOWED_TORCH_SUBMODULES))} of torch's modules)")
+            return
         attr = node.attr
         if _is_dunder(attr) and attr not in ALLOWED_DUNDER_ATTRIBUTES:
             self.refuse(node, f"`.{attr}` (a double-underscore attribute) is not available to a "
@@ -354,6 +423,7 @@ class _Screen(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self.screen_assignment_target(node.target)
+        self.screen_annotation(node.annotation)
         if node.value is not None:
             self.visit(node.value)
 
@@ -373,20 +443,39 @@ class _Screen(ast.NodeVisitor):
                                   "f-string")
 
 
-def check_cells(cells: Iterable[Cell], allowed_config: Iterable[str] = ()) -> list[Refusal]:
-    """Everything in ``cells`` the grader will not run (empty: the cells may run)."""
+def _is_torch_submodule(name: str) -> bool:
+    import types
+
+    import torch
+
+    return isinstance(getattr(torch, name, None), types.ModuleType)
+
+
+def check_cells(cells: Iterable[Cell], allowed_config: Iterable[str] = (),
+                names: Iterable[str] | None = None) -> list[Refusal]:
+    """Everything in ``cells`` the grader will not run (empty: the cells may run).
+
+    ``names``: the problem set's names (what a solution's namespace holds before its cells run,
+    :func:`grader.problems.public_names`); a free name that is none of these, nothing the cells
+    bind and no allowed builtin is refused. ``None`` leaves free names to the other rules."""
     refusals: list[Refusal] = []
     allowed = frozenset(allowed_config)
+    trees = []
     for cell in cells:
         source = strip_magics(cell.source)
         try:
-            tree = ast.parse(source)
+            trees.append((cell, source, ast.parse(source)))
         except SyntaxError as exc:
             line = exc.lineno or 1
             refusals.append(Refusal(cell.label, line, (exc.text or "").strip()[:80],
                                     f"this is not valid Python ({exc.msg})"))
-            continue
-        screen = _Screen(cell, source.splitlines(), allowed)
+    known = None
+    if names is not None:
+        known = frozenset(names) | ALLOWED_BUILTINS
+        for _, _, tree in trees:
+            known |= defined_names(tree)
+    for cell, source, tree in trees:
+        screen = _Screen(cell, source.splitlines(), allowed, known)
         screen.screen_body(tree.body, "at the top of a solution cell")
         refusals.extend(screen.refusals)
     return refusals

@@ -2,7 +2,7 @@
 
 A problem set module ``grader/problems/psN.py`` defines ``PROBLEMS = {key: Problem(...)}``. The
 student notebook imports the baseline from here (``from grader.problems.ps1 import *``), and the
-fresh-process worker (:mod:`grader.isolation.worker`) rebuilds it from here, never from the learner's kernel.
+judge and the subject (:mod:`grader.isolation.judge`) rebuild it from here, never from the learner's kernel.
 """
 from __future__ import annotations
 
@@ -50,9 +50,16 @@ class Problem:
       time): the graded call is ``driver(model, *inputs)``, compared and timed through the loop;
       the graph-break and recompile checks compile the step alone, called with
       ``step_inputs(device)`` (default: the problem's inputs).
+    - ``choices``: the ``torch.compile`` options the learner chooses (what ``compile_options``
+      returns), with the values each may take (``{"mode": MODES}``): the judge accepts the
+      choice only as data from this list.
+    - ``timed_model``: what a job or speed check times: ``"learner"`` (the graph the learner's
+      code compiles to, rebuilt and compiled by the judge) or ``"baseline"`` (the given model, run
+      the way the learner chose: the learner's forward must then be the baseline's, operator for
+      operator).
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
-      (the worker's snapshot).
+      (not credited).
     """
 
     key: str
@@ -75,6 +82,8 @@ class Problem:
     hints: dict = dataclasses.field(default_factory=dict)
     timed_fullgraph: bool = True
     allowed_config: frozenset = frozenset()
+    choices: dict = dataclasses.field(default_factory=dict)
+    timed_model: str = "learner"
     job_calls: int | None = None
     training: bool = False
     driver: Callable[..., Any] | None = None
@@ -198,6 +207,14 @@ def seeded_generator(seed: int) -> torch.Generator:
 def problem_set(assignment: str, module: str | None = None):
     """The module ``grader.problems.<assignment>`` (or ``module``)."""
     return importlib.import_module(module or f"{__name__}.{assignment}")
+
+
+def public_names(problem: Problem, module: str | None = None) -> list[str]:
+    """The names a solution cell of ``problem`` finds defined (its problem set's public names,
+    ``torch`` and ``nn``): what the subject's namespace holds before the learner's cells run."""
+    mod = problem_set(problem.assignment, module)
+    names = getattr(mod, "__all__", [n for n in vars(mod) if not n.startswith("_")])
+    return ["torch", "nn", *names]
 
 
 def test_cells(assignment: str, module: str | None = None) -> dict[str, TestCell]:

@@ -130,7 +130,7 @@ PROBLEMS = {
         entry="ShortJobMLP", make_baseline=lambda device: TinyMLP().to(device).eval(),
         make_inputs=make_mlp_inputs, solution_grade_id="ps3-q1-solution",
         checks=("correctness", "job"), compile_options=_chosen_mode, baseline_compile=None,
-        job_calls=SHORT_JOB_CALLS,
+        choices={"mode": MODES}, timed_model="baseline", job_calls=SHORT_JOB_CALLS,
         target=SpeedTarget(fraction_of_reference=0.8, faster_than_baseline=False, min_speedup=0.8),
         pool_size=8, hints=Q1_HINTS),
     "ps3.q1long": Problem(
@@ -138,7 +138,8 @@ PROBLEMS = {
         entry="LongJobMLP", make_baseline=lambda device: TinyMLP().to(device).eval(),
         make_inputs=make_mlp_inputs, solution_grade_id="ps3-q1-solution",
         checks=("correctness", "fullgraph", "job"), compile_options=_chosen_mode,
-        baseline_compile=None, job_calls=LONG_JOB_CALLS,
+        baseline_compile=None, choices={"mode": MODES}, timed_model="baseline",
+        job_calls=LONG_JOB_CALLS,
         target=SpeedTarget(fraction_of_reference=0.8, faster_than_baseline=True, min_speedup=1.2),
         pool_size=8, hints=Q1_HINTS),
     "ps3.q2": Problem(

@@ -45,25 +45,26 @@ def grade_cohort(assignment: str, students: int, workers: int, folder: str,
     return run, time.monotonic() - t0
 
 
-# The breakdown's columns: name -> the outcome phases they add up (see grader.isolation.worker's phases and
-# grader.cohort.grade._grade_one).
+# The breakdown's columns: name -> the outcome phases they add up (the judge's phases,
+# grader.isolation.judge.Judge.grade, and grader.cohort.grade._grade_one's).
 PARTS = {
-    "worker start": ("worker start",),
-    "inputs and imports": ("setup",),
-    "compiler warm-up": ("compiler warm-up",),
-    "baseline and reference compile": ("baseline compile", "reference compile", "expected outputs"),
+    "subject start": ("subject start",),
     "learner cells": ("learner cells",),
-    "checks (without speed)": ("check correctness", "check fullgraph", "check breaks",
-                               "check recompiles", "check fusion"),
+    "subject's answers": ("correctness", "capture", "recompiles", "subject stop"),
+    "reference side": ("reference side",),
+    "judge's graph checks": ("graph checks", "check fusion"),
     "speed and job timing": ("check speed", "check job"),
     "nbgrader run of the notebook": ("nbgrader autograde",),
 }
-PARTS_HELP = ("worker start = sandbox, interpreter and imports until the worker reads its job; "
-              "inputs and imports = building the inputs and the baseline model (and unpacking "
-              "the prepared cache); compiler warm-up = Inductor's first compile in the process; "
-              "speed and job timing include compiling the learner's code; nbgrader run = "
-              "nbgrader autograde with its kernel (the notebook's cells, for the feedback); "
-              "total = the whole submission, copies and merge included.")
+PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process that runs the "
+              "learner's code; learner cells = running them and building the models; subject's "
+              "answers = its outputs on the judge's inputs, the graph it captured, its compile "
+              "count, and stopping it; reference side = the baseline and reference the judge "
+              "keeps (built once per judge, before the first submission); judge's graph checks = "
+              "rebuilding the graph and checking it against the baseline, counting kernels; "
+              "speed and job timing include the judge's compile of the learner's graph; "
+              "nbgrader run = nbgrader autograde with its kernel (the notebook's cells, for the "
+              "feedback); total = the whole submission, copies and merge included.")
 
 
 def _part(outcome, part: str) -> float:
@@ -162,15 +163,15 @@ def main(argv: list[str] | None = None) -> int:
                             + ["| " + " | ".join(r) + " |" for r in breakdown])
     text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
             f"{time.strftime('%Y-%m-%d %H:%M')}\n\nEach submission is graded in its own course copy "
-            f"with its own Inductor cache (isolation); what later submissions share is the "
-            f"baseline and reference, compiled once per run before anyone is graded (their cache "
-            f"travels to each worker as data and is removed before learner code runs). Ray rows: "
+            f"and the learner's code runs in a sandboxed subject process of its own; what later "
+            f"submissions share is the judge (one per worker), which keeps the baseline and the "
+            f"reference compiled from before the first submission. Ray rows: "
             f"a local Ray instance with that many CPUs, one task per submission; its overhead is "
             f"its extra wall time over local workers (Ray's start included), per submission."
             f"\n\n{table}\n\n"
             f"## Where a submission's seconds go\n\nMedian seconds per later submission "
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
-            f"worker each): {PARTS_HELP}\n\n{parts_table}\n")
+            f"subject per solution cell): {PARTS_HELP}\n\n{parts_table}\n")
     text += _estimate(rows, worker_counts, args.students)
     print("\n" + text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -1,0 +1,913 @@
+"""The judge: decides every point, and never runs learner code.
+
+One submission's problems are graded in three roles, each a process of its own (docs/trust.md):
+
+- the **subject** (:mod:`grader.isolation.subject`, sandboxed) runs the learner's code and answers
+  the judge's requests; it holds nothing of value, and whatever it says is data to check;
+- the **judge** (this module, a process that never executes learner code) chooses every input,
+  checks every output, rebuilds the graph the subject captured from data and checks it
+  (:mod:`grader.checks.graph_artifact`), compiles it with Inductor itself, counts its kernels,
+  times it, and computes every verdict;
+- the **reference side** (:class:`ReferenceSide`, kept by the judge process that never runs
+  learner code either) holds the problem's baseline model and the instructor's reference solution,
+  compiled once per judge process and shared by every submission it grades.
+
+The order, for one group of problems that share the learner's cells (:meth:`Judge.grade`):
+
+1. screen the learner's cells (:mod:`grader.isolation.static_check`: defence in depth, no point
+   depends on it); start the subject;
+2. ask the subject for what only it can give: the outputs of the learner's model on inputs the
+   judge drew from fresh seeds, the graph of its traced call, its compile count over the
+   problem's inputs (and, for the learner, why a graph broke);
+3. stop the subject and everything it started (its sandbox's processes are killed and checked
+   gone), so nothing of the learner's runs while anything is timed;
+4. check and decide: outputs against the baseline's; the graph against the baseline on fresh
+   inputs and on every shape and step the problem uses; kernels in the judge's own compile;
+   speed and job time of the judge's own compile of that graph against the baseline and the
+   reference, interleaved in this process (:mod:`grader.checks.timing`).
+
+``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
+(``make grade`` keeps one per worker slot: :class:`JudgeProcess`); ``--once`` grades one
+(self-check). Results are plain dicts (:class:`grader.checks.results.ProblemResult`).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+import torch
+
+from grader.checks import _torch_internals as ti
+from grader.checks import correctness, fusion, graph_artifact, targets, timing
+from grader.checks.results import CheckOutcome, ProblemResult, Status
+from grader.checks.wire import Packer, ProtocolError, decode
+from grader.isolation import channel, sandbox, static_check
+from grader.isolation.source import Cell
+from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
+
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3
+JOB_TRIALS = 21
+CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed", "job")
+
+
+class SubjectGone(Exception):
+    """The subject stopped answering: it crashed, hung, or broke the protocol."""
+
+    ends_the_check = True  # correctness.check_outputs lets it through
+
+    def __init__(self, status: Status, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class LearnerRaised(Exception):
+    """The learner's code raised in the subject (the message is the learner's, cut short)."""
+
+    learner_message: str = ""
+
+
+def _learner(message: str) -> str:
+    """Text that came from the learner's process, marked as such and cut short."""
+    message = str(message)
+    return message if len(message) <= 1600 else message[:1600] + " [...]"
+
+
+# ---------------------------------------------------------------------------------------------
+# The subject, seen from the judge
+
+def _module_dirs(module: str | None) -> list[str]:
+    """Where a problem module outside the grader package lives (test fixtures): bound into the
+    sandbox read-only and put on the subject's path. Nothing else of the course is."""
+    if not module or module.startswith("grader."):
+        return []
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return []
+    return [os.path.dirname(os.path.realpath(spec.origin))]
+
+
+class SubjectSession:
+    """One subject process: requests with deadlines, replies parsed as data only."""
+
+    def __init__(self, *, isolation: sandbox.Isolation, device: str, problem_module: str | None,
+                 deadline: float, memory_bytes: int | None = DEFAULT_MEMORY_BYTES):
+        self.deadline = deadline
+        extra = _module_dirs(problem_module)
+        env = sandbox.environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",
+                                   "TRITON_CACHE_DIR": "/tmp/triton",
+                                   "PYTHONPATH": os.pathsep.join(extra)})
+        self.home = None
+        if not isolation.sandboxed:  # the same layout without a sandbox: a private temporary home
+            self.home = tempfile.mkdtemp(prefix="subject-")
+            env.update(HOME=self.home, TMPDIR=self.home,
+                       TORCHINDUCTOR_CACHE_DIR=os.path.join(self.home, "inductor"),
+                       TRITON_CACHE_DIR=os.path.join(self.home, "triton"),
+                       PYTHONPATH=os.pathsep.join([os.path.dirname(sandbox.grader_package_dir()),
+                                                   *extra]))
+        timeout = max(1.0, deadline - time.monotonic())
+        self.running = sandbox.start(
+            [sandbox.python_executable(), "-m", "grader.isolation.subject"], isolation=isolation,
+            limits=sandbox.Limits(timeout_s=timeout, memory_bytes=memory_bytes),
+            read_only=extra, env=env, cwd=self.home, device=device,
+            own=[self.home] if self.home else [])
+        self.finished: sandbox.Finished | None = None
+
+    def request(self, header: dict, blob: bytes = b"") -> tuple[dict, bytes]:
+        try:
+            self.running.send(channel.encode_message(header, blob))
+            reply, data = channel.read_message(self.running.reply_fd,
+                                               self.running.reader(self.deadline))
+        except TimeoutError:
+            raise SubjectGone(Status.TIMEOUT, "your code did not finish in time (an endless loop, "
+                                              "or far too slow); it was stopped") from None
+        except (EOFError, BrokenPipeError, OSError):
+            raise SubjectGone(Status.CRASHED, self._death()) from None
+        except ProtocolError as exc:
+            raise SubjectGone(Status.REJECTED, f"the process that ran your code broke the "
+                                               f"grader's protocol ({exc}); nothing it sent was "
+                                               f"used") from None
+        return reply, data
+
+    def _death(self) -> str:
+        try:
+            self.running.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        code = self.running.proc.returncode
+        if code is None:
+            return "the process that ran your code stopped answering"
+        if code < 0 or code > 128:
+            import signal
+
+            signum = -code if code < 0 else code - 128
+            name = signal.Signals(signum).name if signum in {s.value for s in signal.Signals} \
+                else str(signum)
+            return (f"the process that ran your code was killed by {name}"
+                    + (", probably out of memory" if name == "SIGKILL" else ""))
+        return (f"the process that ran your code ended (exit status {code}) before it answered: "
+                f"your code ended it (e.g. os._exit / sys.exit), or it crashed")
+
+    def stop(self) -> sandbox.Finished:
+        """End the subject and everything it started; nothing of it runs after this returns."""
+        if self.finished is None:
+            try:
+                if self.running.alive():
+                    self.running.send(channel.encode_message({"op": "bye"}))
+            except OSError:
+                pass
+            self.finished = self.running.finish(grace_s=5.0)
+            if self.home:
+                import shutil
+
+                shutil.rmtree(self.home, ignore_errors=True)
+        return self.finished
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference side
+
+def _timed_version(model, problem: Problem, options: dict):
+    """What a job or speed measurement calls: ``model`` eagerly for ``mode="none"``, else
+    compiled with ``options`` (and ``fullgraph=True`` where the problem times one graph)."""
+    if options.get("mode") == NO_COMPILE:
+        return problem.graded_call(model)
+    options = {**options, "fullgraph": True} if problem.timed_fullgraph else dict(options)
+    options = {k: v for k, v in options.items() if k in ("mode", "fullgraph", "dynamic")}
+    return problem.graded_call(torch.compile(ti.fresh_copy(model), **options))
+
+
+def traced_inputs(problem: Problem, device: str, seed: int) -> tuple:
+    """What the graph is captured on: one step's arguments where the model is a step of the
+    problem's loop, else inputs drawn from ``seed``."""
+    if problem.step_inputs is not None:
+        return problem.step_inputs(device)
+    return problem.make_inputs(seeded_generator(seed), device)
+
+
+def _ship(captured: graph_artifact.Captured) -> tuple[dict, bytes]:
+    """A captured graph as it travels (JSON round trip included), so that the reference's
+    graph is rebuilt exactly as a learner's is."""
+    packer = Packer()
+    header = json.loads(json.dumps(graph_artifact.to_wire(captured, packer)))
+    return header, packer.blob()
+
+
+@dataclasses.dataclass
+class ReferenceSide:
+    """A problem's baseline and the instructor's reference, in the judge's process: built once
+    (:meth:`build`) and shared by every submission the process grades."""
+
+    problem: Problem
+    device: str
+    base_model: torch.nn.Module
+    base_eager: object
+    base_timed: object
+    baseline_ops: tuple = ()
+    reference: object | None = None
+    reference_options: dict = dataclasses.field(default_factory=dict)
+    reference_first_s: float = 0.0
+    seconds: float = 0.0
+
+    @classmethod
+    def build(cls, problem: Problem, reference_cells: list[Cell] | None, device: str,
+              problem_module: str | None) -> "ReferenceSide":
+        started = time.monotonic()
+        with torch.no_grad():
+            base_model = problem.make_baseline(device)
+        base_eager = problem.graded_call(base_model)
+        base_timed = base_eager
+        timed = any(c in problem.checks for c in ("speed", "job"))
+        with ti.quiet_torch_logs():
+            if problem.baseline_compile is not None and timed:
+                base_timed = problem.graded_call(torch.compile(base_model,
+                                                               **problem.baseline_compile))
+            side = cls(problem, device, base_model, base_eager, base_timed)
+            if problem.timed_model == "baseline":
+                captured = graph_artifact.capture(problem.traced_call(base_model),
+                                                  traced_inputs(problem, device, 0),
+                                                  model=base_model)
+                side.baseline_ops = tuple(graph_artifact.target_name(n.target)
+                                          for n in captured.graph.graph.nodes
+                                          if n.op == "call_function")
+            pool = [problem.make_inputs(seeded_generator(s), device) for s in range(2)]
+            if base_timed is not base_eager:
+                timing.first_call_seconds(base_timed, pool[0], device)
+            if reference_cells and timed:
+                side._build_reference(reference_cells, problem_module, pool)
+        side.seconds = time.monotonic() - started
+        return side
+
+    def _build_reference(self, cells: list[Cell], problem_module: str | None, pool) -> None:
+        from grader.isolation.subject import exec_cells, namespace_for
+
+        problem, device = self.problem, self.device
+        namespace = namespace_for(problem_module or f"grader.problems.{problem.assignment}",
+                                  "__reference__")
+        exec_cells(cells, namespace)  # the instructor's code, never the learner's
+        entry = namespace[problem.entry]
+        ref_model = problem.instantiate(entry, self.base_model, device)
+        self.reference_options = problem.compile_kwargs(entry)
+        if problem.timed_model == "baseline":
+            timed_model = problem.make_baseline(device)
+        else:
+            captured = graph_artifact.capture(problem.traced_call(ref_model),
+                                              traced_inputs(problem, device, 0), model=ref_model,
+                                              dynamic=self.reference_options.get("dynamic"))
+            header, blob = _ship(captured)
+            loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
+            timed_model = loaded.module(self.base_model, device, training=problem.training)
+        self.reference = _timed_version(timed_model, problem, self.reference_options)
+        if "job" in problem.checks:
+            with ti.fresh_inductor_cache():  # cold, as the learner's is
+                self.reference_first_s = timing.first_call_seconds(self.reference, pool[0], device)
+        else:
+            timing.first_call_seconds(self.reference, pool[0], device)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the subject said about one problem
+
+@dataclasses.dataclass
+class Evidence:
+    """Everything the subject sent about one problem (data, checked before anything is used)."""
+
+    status: str = "ok"
+    message: str = ""
+    choice: dict = dataclasses.field(default_factory=dict)
+    correctness: CheckOutcome | None = None
+    graph: tuple | None = None              # (header, blob) of the captured graph
+    capture_error: str = ""
+    breaks: list = dataclasses.field(default_factory=list)
+    graph_count: int | None = None
+    recompiles: dict | None = None
+
+
+@dataclasses.dataclass
+class GraphCheck:
+    """The judge's verdict on the captured graph, and the model rebuilt from it."""
+
+    ok: bool
+    message: str
+    module: graph_artifact.ArtifactModule | None = None
+    operators: int = 0
+    refused: bool = False
+
+    @property
+    def headline(self) -> str:
+        """The verdict's first line without its subject ("does not compile with ...")."""
+        first = self.message.splitlines()[0] if self.message else ""
+        return first.replace("the graph your code compiles to ", "compiles to a graph that ", 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge
+
+class Judge:
+    """Grades jobs; keeps each problem's :class:`ReferenceSide` for the next one."""
+
+    def __init__(self) -> None:
+        self.sides: dict[tuple, ReferenceSide] = {}
+
+    def side(self, problem: Problem, reference_cells: list[Cell] | None, device: str,
+             problem_module: str | None) -> ReferenceSide:
+        digest = hashlib.sha256(json.dumps([c.to_dict() for c in reference_cells or []],
+                                           sort_keys=True).encode()).hexdigest()
+        key = (problem.key, problem_module, digest, device)
+        if key not in self.sides:
+            self.sides[key] = ReferenceSide.build(problem, reference_cells, device, problem_module)
+        return self.sides[key]
+
+    def prepare(self, job: dict) -> dict:
+        """Build the reference side of each problem of ``job`` now (the first submission then
+        does not pay for it); returns how long each took."""
+        module = job.get("problem_module")
+        device = job.get("device") or targets.default_device()
+        if device == "cpu":
+            torch.set_num_threads(1)
+        seconds = {}
+        for key in job["problems"]:
+            cells = [Cell.from_dict(c) for c in (job.get("reference_cells") or {}).get(key) or []]
+            side = self.side(get_problem(key, module), cells or None, device, module)
+            seconds[key] = round(side.seconds, 2)
+        return {"prepared": seconds}
+
+    # -- one job --------------------------------------------------------------------------------
+    def grade(self, job: dict) -> dict:
+        """Grade ``job`` (one group of problems sharing the learner's cells); returns
+        ``{"results": {key: result dict}, "phases": {...}}``."""
+        phases: dict[str, float] = {}
+        mark = [time.monotonic()]
+
+        def lap(name: str) -> None:
+            now = time.monotonic()
+            phases[name] = round(phases.get(name, 0.0) + now - mark[0], 3)
+            mark[0] = now
+
+        module = job.get("problem_module")
+        device = job.get("device") or targets.default_device()
+        if device == "cpu":
+            torch.set_num_threads(1)  # one thread per timed CPU measurement (docs/design.md)
+        problems = {k: get_problem(k, module) for k in job["problems"]}
+        wanted = {k: [c for c in p.checks if c in (job.get("checks") or {}).get(k, p.checks)]
+                  for k, p in problems.items()}
+        learner_cells = [Cell.from_dict(c) for c in job["learner_cells"]]
+        refs = {k: [Cell.from_dict(c) for c in cells]
+                for k, cells in (job.get("reference_cells") or {}).items() if cells}
+        results = {k: ProblemResult(Status.OK, k, device=device,
+                                    device_class=targets.device_class(device))
+                   for k in problems}
+        sides = {k: self.side(p, refs.get(k), device, module) for k, p in problems.items()}
+        lap("reference side")
+
+        # 1. The screen (defence in depth).
+        first = next(iter(problems.values()))
+        refusals = static_check.check_cells(learner_cells, first.allowed_config,
+                                            public_names(first, module)) \
+            if job.get("screen", True) else []
+        if refusals:
+            for r in results.values():
+                _stop(r, Status.REFUSED, static_check.describe(refusals))
+            return self._finish(results, phases)
+        # 2. The subject.
+        isolation = sandbox.probe(job.get("sandbox") or "auto") if not isinstance(
+            job.get("isolation"), dict) else sandbox.Isolation(**job["isolation"])
+        deadline = time.monotonic() + float(job.get("timeout_s") or DEFAULT_TIMEOUT_S)
+        evidence = {k: Evidence() for k in problems}
+        subject = None
+        try:
+            subject = SubjectSession(isolation=isolation, device=device, problem_module=module,
+                                     deadline=deadline,
+                                     memory_bytes=job.get("memory_bytes", DEFAULT_MEMORY_BYTES))
+            self._ask(subject, problems, sides, wanted, learner_cells, device, module, evidence, lap)
+        except SubjectGone as gone:
+            for k, r in results.items():
+                if evidence[k].status == "ok":
+                    evidence[k].status, evidence[k].message = gone.status, gone.message
+        except OSError as exc:
+            for r in results.values():
+                _stop(r, Status.GRADER_ERROR, f"could not start the process for your code: {exc}")
+            return self._finish(results, phases)
+        finally:
+            # 3. Nothing of the learner's runs from here on.
+            if subject is not None:
+                finished = subject.stop()
+                for r in results.values():
+                    r.extra["output_tail"] = finished.output.decode(errors="replace")[-2000:]
+                    r.extra["subject_leftovers"] = len(subject.running.leftovers)
+            lap("subject stop")
+        for r in results.values():
+            r.extra["sandbox"] = isolation.mode
+        # 4. Decide.
+        for key, problem in problems.items():
+            ev, result = evidence[key], results[key]
+            if ev.status != "ok":
+                status = {"learner_error": Status.LEARNER_ERROR}.get(ev.status, ev.status)
+                _stop(result, status, ev.message)
+                continue
+            try:
+                result.checks = self._decide(problem, sides[key], ev, wanted[key], device, job, lap)
+            except Exception as exc:  # the grader's own failure: reported, never a lost grade
+                _stop(result, Status.GRADER_ERROR, f"{type(exc).__name__}: {exc}")
+                result.extra["traceback"] = traceback.format_exc()
+        return self._finish(results, phases)
+
+    @staticmethod
+    def _finish(results: dict, phases: dict) -> dict:
+        # The job's phases go with its first problem only: they are the whole group's seconds.
+        out = {k: r.to_dict() for k, r in results.items()}
+        if out:
+            out[next(iter(out))]["phases"] = phases
+        return {"results": out, "phases": phases}
+
+    # -- 2. what only the subject can give ------------------------------------------------------
+    def _ask(self, subject: SubjectSession, problems: dict, sides: dict, wanted: dict,
+             cells: list[Cell], device: str, module: str | None, evidence: dict, lap) -> None:
+        subject.request({"op": "hello"})
+        lap("subject start")
+        reply, _ = subject.request({"op": "load", "problems": list(problems), "device": device,
+                                    "problem_module": module,
+                                    "cells": [c.to_dict() for c in cells]})
+        loaded = reply.get("problems")
+        if not isinstance(loaded, dict):
+            raise SubjectGone(Status.REJECTED, "the process that ran your code answered nonsense")
+        lap("learner cells")
+        for key, problem in problems.items():
+            ev, info = evidence[key], loaded.get(key)
+            if not isinstance(info, dict) or info.get("status") != "ok":
+                ev.status = "learner_error"
+                ev.message = _learner((info or {}).get("message") if isinstance(info, dict)
+                                      else "the process that ran your code did not build it")
+                continue
+            try:
+                ev.choice = _validated_choice(problem, info.get("choice"))
+            except ValueError as exc:
+                ev.status, ev.message = "learner_error", str(exc)
+                continue
+            if "correctness" in wanted[key]:
+                ev.correctness = self._correctness(subject, problem, sides[key], device)
+                lap("correctness")
+            if any(c in wanted[key] for c in CHECKS_NEEDING_A_GRAPH):
+                options = {**problem.learner_compile, **ev.choice}
+                inputs = traced_inputs(problem, device, correctness.fresh_seeds(1)[0])
+                packer = Packer()
+                header, blob = subject.request({"op": "capture", "problem": key,
+                                                "inputs": packer.value(inputs),
+                                                "dynamic": options.get("dynamic")}, packer.blob())
+                if isinstance(header.get("graph"), dict):
+                    ev.graph = (header["graph"], blob)
+                    if self._refused(problem, sides[key], ev, device):
+                        # Say where the breaks are, in the learner's lines (feedback only).
+                        report, _ = subject.request({"op": "breaks", "problem": key,
+                                                     "inputs": packer.value(inputs)},
+                                                    packer.blob())
+                        ev.breaks = report.get("breaks") if isinstance(report.get("breaks"),
+                                                                       list) else []
+                        count = report.get("graph_count")
+                        ev.graph_count = count if isinstance(count, int) else None
+                else:
+                    ev.capture_error = _learner(header.get("error", "no graph was sent"))
+                    ev.breaks = header.get("breaks") if isinstance(header.get("breaks"), list) \
+                        else []
+                    count = header.get("graph_count")
+                    ev.graph_count = count if isinstance(count, int) else None
+                lap("capture")
+            if "recompiles" in wanted[key] and problem.recompile_inputs is not None:
+                options = {**problem.learner_compile, **ev.choice}
+                packer = Packer()
+                calls = packer.value(problem.recompile_inputs(device))
+                reply, _ = subject.request({"op": "recompiles", "problem": key, "calls": calls,
+                                            "dynamic": options.get("dynamic"),
+                                            "max_compiles": problem.max_compiles}, packer.blob())
+                ev.recompiles = reply
+                lap("recompiles")
+
+    @staticmethod
+    def _refused(problem: Problem, side: ReferenceSide, ev: Evidence, device: str) -> bool:
+        """A quick look at the graph while the subject is still there (data checks only: the
+        full check comes later): would the judge refuse it?"""
+        header, blob = ev.graph
+        try:
+            loaded = graph_artifact.load(header, blob, baseline=side.base_model, device=device)
+            graph_artifact.check_on(loaded, loaded.module(side.base_model, device,
+                                                          training=problem.training),
+                                    traced_inputs(problem, device, 0))
+        except graph_artifact.GraphRefused:
+            return True
+        return False
+
+    def _correctness(self, subject: SubjectSession, problem: Problem, side: ReferenceSide,
+                     device: str) -> CheckOutcome:
+        def learner_call(*args):
+            packer = Packer()
+            header, blob = subject.request({"op": "call", "problem": problem.key,
+                                            "inputs": packer.value(args)}, packer.blob())
+            if "error" in header:
+                exc = LearnerRaised(_learner(header["error"]))
+                exc.learner_message = _learner(header["error"])
+                raise exc
+            try:
+                outputs = decode(header["outputs"], blob, device)
+                after = decode(header["inputs_after"], blob, device)
+            except (KeyError, ProtocolError) as exc:
+                raise SubjectGone(Status.REJECTED, f"the process that ran your code sent a "
+                                                   f"malformed answer ({exc})") from None
+            # What the learner's call did to its inputs, on the judge's copies: the check below
+            # then sees it as it would in-process.
+            for mine, theirs in zip(args, after if isinstance(after, (list, tuple)) else ()):
+                if isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor) \
+                        and theirs.shape == mine.shape and theirs.dtype == mine.dtype:
+                    with torch.no_grad():
+                        mine.copy_(theirs)
+            return outputs
+
+        seeds = correctness.fresh_seeds(3)
+        rep = correctness.check_outputs(
+            learner_call, side.base_eager,
+            lambda seed: problem.make_inputs(seeded_generator(seed), device), seeds=seeds,
+            grad=problem.training)
+        return CheckOutcome(rep.ok, str(rep), details={"checked": rep.checked})
+
+    # -- 4. the judge's own checks --------------------------------------------------------------
+    def _check_graph(self, problem: Problem, side: ReferenceSide, ev: Evidence,
+                     device: str) -> GraphCheck:
+        if ev.graph is None:
+            first = ev.capture_error.splitlines()[0] if ev.capture_error else ""
+            return GraphCheck(False, "\n".join([f"does not compile with fullgraph=True: {first}",
+                                                *_break_lines(ev)]))
+        header, blob = ev.graph
+        try:
+            loaded = graph_artifact.load(header, blob, baseline=side.base_model, device=device)
+            module = loaded.module(side.base_model, device, training=problem.training)
+            graph_artifact.check_on(loaded, module, traced_inputs(problem, device, 0))
+        except graph_artifact.GraphRefused as exc:
+            return GraphCheck(False, "\n".join([f"compiles with fullgraph=True, but is not one "
+                                                f"graph as the grader defines it: {exc}",
+                                                *_break_lines(ev)]), refused=True)
+        # The graph must compute what the original computes, on inputs nobody saw before ...
+        rep = correctness.check_outputs(
+            problem.graded_call(module), side.base_eager,
+            lambda seed: problem.make_inputs(seeded_generator(seed), device),
+            seeds=correctness.fresh_seeds(3), grad=problem.training)
+        if not rep.ok:
+            return GraphCheck(False, f"the graph your code compiles to does not compute what the "
+                                     f"original computes: {rep}")
+        # ... and on every shape and step the problem uses (a graph specialised to one batch
+        # size or one position fails here).
+        if problem.recompile_inputs is not None:
+            why = _same_over(problem, module, side.base_model, problem.recompile_inputs(device))
+            if why:
+                return GraphCheck(False, f"the graph your code compiles to is right for the shapes "
+                                         f"it was captured with, not for all the problem uses: "
+                                         f"{why}")
+        ops = len(loaded.operators)
+        return GraphCheck(True, f"compiles with fullgraph=True: one graph of {ops} operators, "
+                                f"checked by the grader (it computes what the original computes "
+                                f"on fresh inputs" + (" and on every shape and step the problem "
+                                                      "uses)" if problem.recompile_inputs else ")"),
+                          module, ops)
+
+    def _decide(self, problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
+                device: str, job: dict, lap) -> dict[str, CheckOutcome]:
+        out: dict[str, CheckOutcome] = {}
+        correct = ev.correctness.ok if ev.correctness is not None else True
+        if ev.correctness is not None:
+            out["correctness"] = ev.correctness
+        graph = self._check_graph(problem, side, ev, device) \
+            if any(c in wanted for c in CHECKS_NEEDING_A_GRAPH) else None
+        lap("graph checks")
+        if "fullgraph" in wanted:
+            out["fullgraph"] = CheckOutcome(graph.ok, graph.message, details={
+                "breaks": [] if graph.ok else _breaks(ev)})
+        if "breaks" in wanted:
+            out["breaks"] = CheckOutcome(graph.ok, graph.message if graph.ok else
+                                         _breaks_message(ev, graph), details={
+                "graph_count": 1 if graph.ok else ev.graph_count, "breaks": [] if graph.ok
+                else _breaks(ev)})
+        if "recompiles" in wanted and problem.recompile_inputs is not None:
+            out["recompiles"] = _recompiles(problem, graph, ev)
+        if "fusion" in wanted:
+            out["fusion"] = self._fusion(problem, graph, ev, device)
+            lap("check fusion")
+        recompiling = "recompiles" in out and not out["recompiles"].ok
+        if "speed" in wanted and recompiling:
+            # Speed is credited to one graph that serves every call: a model that compiles again
+            # and again is as slow as its compiles, whatever its graph's speed.
+            out["speed"] = CheckOutcome(False, "not timed: speed is credited to one graph that "
+                                               "serves every call, and your model compiles again "
+                                               "(see the recompile check)", "fail")
+        elif "speed" in wanted:
+            out["speed"] = self._speed(problem, side, graph, ev, correct, device, job)
+            lap("check speed")
+        if "job" in wanted:
+            out["job"] = self._job(problem, side, graph, ev, correct, device)
+            lap("check job")
+        return out
+
+    def _fusion(self, problem: Problem, graph: GraphCheck, ev: Evidence,
+                device: str) -> CheckOutcome:
+        if not graph.ok:
+            return CheckOutcome(False, f"kernels not counted: they are counted on the one graph "
+                                       f"your code compiles to, and it {graph.headline}")
+        options = {k: v for k, v in {**problem.learner_compile, **ev.choice}.items()
+                   if k in ("mode", "dynamic")}
+        rep = fusion.fusion_report(problem.traced_call(graph.module),
+                                   *traced_inputs(problem, device, 0), **options)
+        limit = problem.max_kernels
+        ok = limit is None or rep.total <= limit
+        return CheckOutcome(ok, f"{rep} (allowed: at most {limit} in all; counted in the grader's "
+                                f"own compile of your graph)",
+                            details={"kernels": rep.total, "generated": rep.kernels,
+                                     "library": rep.library, "max_kernels": limit})
+
+    def _pool(self, problem: Problem, side: ReferenceSide, device: str):
+        seeds = correctness.fresh_seeds(problem.pool_size)
+        pool = [problem.make_inputs(seeded_generator(s), device) for s in seeds]
+        with ti.quiet_torch_logs():
+            expected = [side.base_eager(*args) for args in pool]
+        return pool, expected
+
+    def _speed(self, problem: Problem, side: ReferenceSide, graph: GraphCheck, ev: Evidence,
+               correct: bool, device: str, job: dict) -> CheckOutcome:
+        if not correct:
+            return CheckOutcome(False, "speed not measured: the outputs are wrong", "fail")
+        if not graph.ok:
+            return CheckOutcome(False, f"not timed: speed is measured on the one graph your code "
+                                       f"compiles to, and it {graph.headline}", "fail")
+        options = {**problem.learner_compile, **ev.choice}
+        pool, expected = self._pool(problem, side, device)
+        target = problem.target if side.reference is not None else targets.self_check_target(problem)
+        with ti.quiet_torch_logs():
+            learner = _timed_version(graph.module, problem, options)
+            verdict = targets.judge_speed(learner, side.base_timed, pool, reference=side.reference,
+                                          target=target, device=device,
+                                          budget_s=float(job.get("budget_s") or problem.budget_s))
+        details = verdict.to_dict()
+        details["with_reference"] = side.reference is not None
+        outcome = CheckOutcome(verdict.passed, str(verdict), verdict.verdict, details)
+        for index, output in verdict.comparison.last_outputs.get("learner", []):
+            why = correctness.compare_output(output, expected[index], "a timed run's output")
+            if why is not None:
+                outcome.ok, outcome.verdict = False, "fail"
+                outcome.message = f"{why}; speed is only credited for correct outputs"
+                break
+        return outcome
+
+    def _job(self, problem: Problem, side: ReferenceSide, graph: GraphCheck, ev: Evidence,
+             correct: bool, device: str) -> CheckOutcome:
+        """The job's total time (cold compile + ``job_calls`` calls) with the learner's choice
+        of mode, against the reference's choice and against not compiling, in the same run."""
+        if not correct:
+            return CheckOutcome(False, "not timed: the outputs are wrong", "fail")
+        if not graph.ok:
+            return CheckOutcome(False, f"not timed: your code {graph.headline}", "fail")
+        options = {**problem.learner_compile, **ev.choice}
+        if problem.timed_model == "baseline":
+            ops = tuple(graph_artifact.target_name(n.target)
+                        for n in graph.module.graph_module.graph.nodes if n.op == "call_function")
+            if ops != side.baseline_ops:
+                return CheckOutcome(False, f"not timed: the job runs {problem.entry}'s forward as "
+                                           f"it is given (the classes choose only how it is run), "
+                                           f"and yours computes it with other operators", "fail")
+            timed_model = problem.make_baseline(device)
+        else:
+            timed_model = graph.module
+        pool, expected = self._pool(problem, side, device)
+        with ti.quiet_torch_logs():
+            learner = _timed_version(timed_model, problem, options)
+            with ti.fresh_inductor_cache():  # a cold compile (if any), as the reference's was
+                first = timing.first_call_seconds(learner, pool[0], device)
+            fns = {"baseline": side.base_eager, "learner": learner}
+            first_call_s = {"baseline": 0.0, "learner": first}
+            if side.reference is not None:
+                fns["reference"] = side.reference
+                first_call_s["reference"] = side.reference_first_s
+            comp = timing.compare(fns, pool, baseline="baseline", device=device, trials=JOB_TRIALS,
+                                  keep_outputs=("learner",))
+        with_reference = side.reference is not None
+        target = problem.target if with_reference else targets.self_check_target(problem)
+        samples = {n: list(comp.seconds[n]) for n in comp.names}
+        verdict, conds, totals = targets.judge_job(samples, first_call_s, problem.job_calls,
+                                                   target, targets.device_class(device),
+                                                   with_reference)
+        lines = [f"job of {problem.job_calls:,} calls: {verdict.upper()} on "
+                 f"{targets.device_class(device)} (your choice: mode={options.get('mode')!r})"]
+        lines += [f"  {c}" for c in conds]
+        lines.append(f"  {'':<12}{'first call s':>13}{'ms/call':>10}{'job total s':>13}")
+        for name in comp.names:
+            lines.append(f"  {name:<12}{first_call_s[name]:>13.2f}"
+                         f"{comp.per_call(name).median * 1e3:>10.3f}{totals[name].median:>13.1f}")
+        outcome = CheckOutcome(verdict == "pass", "\n".join(lines), verdict, {
+            "samples": samples, "first_call_s": first_call_s, "calls": problem.job_calls,
+            "with_reference": with_reference})
+        for index, output in comp.last_outputs.get("learner", []):
+            why = correctness.compare_output(output, expected[index], "a timed run's output")
+            if why is not None:
+                outcome.ok, outcome.verdict = False, "fail"
+                outcome.message = f"{why}; time is only credited for correct outputs"
+                break
+        return outcome
+
+
+def _stop(result: ProblemResult, status, message: str) -> None:
+    result.status, result.message, result.checks = status, message, {}
+
+
+def _validated_choice(problem: Problem, choice) -> dict:
+    """The compile options the learner chose, as data the problem allows (else ValueError)."""
+    if not isinstance(choice, dict):
+        raise ValueError("the process that ran your code sent no compile options")
+    out = {}
+    for name, value in choice.items():
+        allowed = problem.choices.get(name)
+        if allowed is None or value not in allowed:
+            raise ValueError(f"{name}={str(value)[:40]!r} is not a choice this problem allows"
+                             + (f" (one of {allowed})" if allowed else ""))
+        out[name] = value
+    return out
+
+
+def _same_over(problem: Problem, module, baseline, calls: list[tuple]) -> str:
+    """'' when ``module``'s traced call gives the baseline's outputs on every call of ``calls``
+    (in order, so that a model's state carries over as in the problem's loop), else why not."""
+    mine, theirs = problem.traced_call(module), problem.traced_call(baseline)
+    for i, args in enumerate(calls):
+        try:
+            with torch.set_grad_enabled(problem.training):
+                got = mine(*args)
+                want = theirs(*args)
+        except Exception as exc:
+            return f"call {i + 1} of {len(calls)} raised {type(exc).__name__}: {str(exc)[:160]}"
+        why = correctness.compare_output(got, want, f"the output of call {i + 1} of {len(calls)}")
+        if why is not None:
+            return why
+    return ""
+
+
+def _break_lines(ev: Evidence) -> list[str]:
+    """The graph breaks the learner's process reported, one entry each (its words)."""
+    lines = []
+    for b in _breaks(ev)[:8]:
+        lines.append(f"- {_learner(b.get('where', ''))}: `{_learner(b.get('line', ''))}`\n"
+                     f"    cause: {_learner(b.get('explanation', ''))}\n"
+                     f"    fix: {_learner(b.get('fix', ''))}")
+    if lines:
+        lines.insert(0, "where (as the process that ran your code reports it):")
+    return lines
+
+
+def _breaks(ev: Evidence) -> list[dict]:
+    return [b for b in ev.breaks if isinstance(b, dict)][:20]
+
+
+def _breaks_message(ev: Evidence, graph: GraphCheck) -> str:
+    if graph.refused or ev.graph is not None:
+        return graph.message
+    count = ev.graph_count
+    head = (f"{count} graphs, {len(ev.breaks)} graph breaks (reported by the process that ran "
+            f"your code)") if isinstance(count, int) else "not one graph"
+    return head + "\n" + graph.message
+
+
+def _recompiles(problem: Problem, graph: GraphCheck, ev: Evidence) -> CheckOutcome:
+    report = ev.recompiles if isinstance(ev.recompiles, dict) else {}
+    if "error" in report:
+        return CheckOutcome(False, f"your code raised while it was called repeatedly: "
+                                   f"{_learner(report['error'])}")
+    compiles, hit = report.get("compiles"), report.get("hit_limit")
+    counted = isinstance(compiles, int) and isinstance(hit, bool)
+    told = _learner(report.get("message", "")) if counted else "no compile count was sent"
+    if not graph.ok:
+        return CheckOutcome(False, f"{told}\nnot credited: it is credited to one graph that serves "
+                                   f"every call, and your code {graph.headline}",
+                            details={"compiles": compiles if counted else None,
+                                     "hit_limit": hit if counted else None})
+    ok = counted and compiles <= problem.max_compiles and not hit
+    return CheckOutcome(ok, f"{told}\n(the graph was checked by the grader on every call: one graph "
+                            f"serves them all)" if ok else told,
+                        details={"compiles": compiles if counted else None,
+                                 "hit_limit": hit if counted else None})
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge as a process
+
+def serve(reply_fd: int, once: bool = False) -> int:
+    """Grade jobs read from stdin, one reply each on ``reply_fd``, until stdin closes."""
+    judge = Judge()
+    while True:
+        try:
+            job, _ = channel.read_message(0)
+        except EOFError:
+            return 0
+        try:
+            reply = judge.prepare(job) if job.get("op") == "prepare" else judge.grade(job)
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        channel.write_message(reply_fd, json.loads(json.dumps(reply, default=str)))
+        if once:
+            return 0
+
+
+class JudgeProcess:
+    """A judge in a process of its own, driven from a process that holds the gradebook (or from
+    a notebook's kernel, for self-check). :meth:`grade` restarts it when it died or hung."""
+
+    def __init__(self, *, env: dict | None = None, log_path: str | None = None):
+        self.env = dict(env if env is not None else os.environ)
+        # The judge imports what this process imports (this grader package first, then the same
+        # path: a problem set outside the package, such as a test's, resolves the same there).
+        path = [os.path.dirname(sandbox.grader_package_dir())]
+        path += [p for p in sys.path if p and os.path.isdir(p) and p not in path]
+        self.env["PYTHONPATH"] = os.pathsep.join(path)
+        self.log_path = log_path
+        self.proc = None
+        self.reply_fd = None
+        self.lock = threading.Lock()
+
+    def _start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "grader.isolation.judge", "--serve", "--reply-fd",
+                 str(write_fd)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                pass_fds=(write_fd,), env=self.env, start_new_session=True)
+        finally:
+            os.close(write_fd)
+            if log is not subprocess.DEVNULL:
+                log.close()
+        self.reply_fd = read_fd
+
+    def grade(self, job: dict, timeout_s: float) -> dict:
+        """The judge's reply to ``job``; ``{"error": ...}`` when it died or passed ``timeout_s``."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            deadline = time.monotonic() + timeout_s
+            try:
+                self.proc.stdin.write(channel.encode_message(job))
+                self.proc.stdin.flush()
+                reply, _ = channel.read_message(self.reply_fd, _deadline_reader(deadline))
+                return reply
+            except TimeoutError:
+                self.close()
+                return {"error": f"the judge did not finish within {timeout_s:.0f} s"}
+            except (EOFError, OSError, ProtocolError) as exc:
+                self.close()
+                return {"error": f"the judge stopped ({type(exc).__name__}: {exc})"}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                import signal
+
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            self.proc = None
+        if self.reply_fd is not None:
+            os.close(self.reply_fd)
+            self.reply_fd = None
+
+
+def _deadline_reader(deadline: float):
+    import select
+
+    def read(fd: int, n: int) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        return os.read(fd, n)
+    return read
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the judge: grades jobs, never runs learner code")
+    parser.add_argument("--serve", action="store_true", help="grade jobs until stdin closes")
+    parser.add_argument("--once", action="store_true", help="grade one job and exit")
+    parser.add_argument("--reply-fd", type=int, required=True,
+                        help="the file descriptor replies are written to")
+    args = parser.parse_args(argv)
+    return serve(args.reply_fd, once=args.once)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)

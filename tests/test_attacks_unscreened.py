@@ -1,0 +1,166 @@
+"""Attacks that got past the screen: attacker code runs *unscreened* inside the subject, for every
+kind of problem (inference, fusion, recompiles, the job choice, a training step, a decode loop),
+and earns nothing above what the same model earns honestly.
+
+The screen is defence in depth: here it is off (the judge's ``screen`` option, which only the
+grader's own tests set: a submission cannot reach it), and the learner's process is the
+attacker's. In one cell, before the honest model, it
+
+- replaces the clock, torch.compile, the grader's timing, correctness and graph code in its own
+  process;
+- starts a thread and a detached process that spin, to slow whatever runs beside them;
+- forges its replies to the judge: it claims one compile, no graph breaks, and sends a graph that
+  lies (another function where Dynamo refused one; a forbidden operator in the one it captured);
+- reads the environment and files into an error message.
+
+The judge checks every answer itself, times only its own compile of the graph after the subject
+is gone, and decides every point. Each check's outcome must be no better than the honest run's,
+with one documented exception (docs/trust.md, "What remains"): a Python-side counter that makes
+Dynamo recompile is visible only inside the subject, so a forged compile count of a model whose
+one graph serves every call is believed. The last test pins what that can reach.
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+
+import pytest
+
+from grader.isolation.check import job_for, reference_cells
+from grader.isolation.judge import Judge
+from grader.isolation.source import Cell
+from grader.problems import get_problem
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]
+SPIN_TAG = "8765.25"
+
+ATTACK = f'''
+import os, sys, threading, time, json
+import grader.checks.timing, grader.checks.correctness, grader.checks.graph_artifact as ga
+import grader.isolation.channel as channel
+from grader.checks.wire import Packer
+time.perf_counter = lambda: 0.0
+grader.checks.timing.compare = lambda *a, **k: None
+grader.checks.correctness.compare_output = lambda *a, **k: None
+_real_compile = torch.compile
+torch.compile = lambda m, **k: _real_compile(m, **k)
+threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", "{SPIN_TAG}"])
+    os._exit(0)
+_secrets = dict(os.environ)
+_write = channel.write_message
+
+class _Other(torch.nn.Module):
+    def forward(self, *args):
+        return args[0].float() * 0.0
+
+def _lie(header, blob):
+    if "compiles" in header:                       # "I compiled once"
+        header = {{**header, "compiles": 1, "hit_limit": False}}
+    if "breaks" in header:                         # "no break anywhere"
+        header = {{**header, "breaks": [], "graph_count": 1}}
+    if "error" in header and "graph_count" in header:   # Dynamo refused: send another function
+        other = _Other()
+        packer = Packer()
+        captured = ga.capture(other, (torch.zeros(4, dtype=torch.long),), model=other)
+        header, blob = {{"graph": ga.to_wire(captured, packer)}}, packer.blob()
+    elif "graph" in header:                         # the real graph, with a forbidden operator
+        graph = json.loads(json.dumps(header["graph"]))
+        for node in graph["nodes"]:
+            if node.get("op") == "call_function" and node["target"].startswith("aten.add"):
+                node["target"] = "aten.as_strided.default"
+                break
+        header = {{"graph": graph}}
+    return header, blob
+
+def _forging(fd, header, blob=b""):
+    header, blob = _lie(header, blob)
+    _write(fd, header, blob)
+
+channel.write_message = _forging
+'''
+
+# Only the compile count, forged (the graph left as captured).
+FORGE_COUNT = """
+import grader.isolation.channel as channel
+_write = channel.write_message
+channel.write_message = lambda fd, header, blob=b"": _write(
+    fd, {**header, "compiles": 1, "hit_limit": False} if "compiles" in header else header, blob)
+"""
+
+# problem keys graded together, the solution cell, the honest model (a demo persona), checks
+KINDS = {
+    "inference": (["ps1.q1"], "ps1-q1-solution", ("ps1", "partial"),
+                  ["correctness", "fullgraph", "breaks", "speed"]),
+    "fusion": (["ps2.q1"], "ps2-q1-solution", ("ps2", "partial"),
+               ["correctness", "fullgraph", "fusion"]),
+    "recompiles": (["ps3.q2"], "ps3-q2-solution", None, ["correctness", "fullgraph", "recompiles"]),
+    "job": (["ps3.q1long"], "ps3-q1-solution", None, ["correctness", "fullgraph", "job"]),
+    "training": (["ps5.q1"], "ps5-q1-solution", ("ps5", "wrong"),
+                 ["correctness", "fullgraph", "breaks", "recompiles"]),
+    "decode": (["ps6.q1"], "ps6-q1-solution", ("ps6", "partial"),
+               ["correctness", "fullgraph", "breaks", "recompiles"]),
+}
+# Honest models for the kinds the demo has no persona for: a per-sample loop (recompiles for
+# every batch size) and a long job run eagerly (its compile would have paid).
+OWN = {
+    "recompiles": "class BatchScorer(PerSampleScorer):\n    pass\n",
+    "job": ("class ShortJobMLP(TinyMLP):\n    compile_mode = 'none'\n\n\n"
+            "class LongJobMLP(TinyMLP):\n    compile_mode = 'none'\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def judge():
+    return Judge()   # one for the module: each problem's reference side is built once
+
+
+def _grade(judge, kind: str, attack: bool) -> dict:
+    keys, grade_id, persona, checks = KINDS[kind]
+    source = OWN.get(kind) or PERSONAS[persona[0]][persona[1]][grade_id]
+    cells = [Cell("cell 7", (ATTACK if attack else "") + source)]
+    job = job_for(keys, cells, course_root=ROOT, timeout_s=240,
+                  checks={k: checks for k in keys}, screen=False)
+    job["budget_s"] = 8.0
+    return judge.grade(job)["results"][keys[0]]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_an_unscreened_attack_earns_nothing_above_the_honest_model(judge, kind):
+    honest = _grade(judge, kind, attack=False)
+    attacked = _grade(judge, kind, attack=True)
+    assert honest["status"] == "ok", honest
+    assert attacked["subject_leftovers"] == 0
+    left = subprocess.run(["pgrep", "-f", f"sleep {SPIN_TAG}"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "a process the attack started outlived its subject"
+    if attacked["status"] != "ok":     # e.g. rejected: nothing it sent was used
+        return
+    for name, outcome in honest["checks"].items():
+        got = attacked["checks"][name]
+        assert got["ok"] <= outcome["ok"], (kind, name, got["message"][:400])
+        if kind == "fusion" and name == "fullgraph":  # its real graph, with as_strided in it
+            assert not got["ok"] and "as_strided" in got["message"]
+    shown = json.dumps(attacked)
+    assert "COURSE_SECRET" not in shown and "/work/" not in shown.replace(ROOT, "")
+
+
+def test_what_a_forged_compile_count_can_still_reach(judge):
+    """The one claim the judge takes from the subject: how many times Dynamo compiled. A graph
+    specialised to one shape or position is caught whatever the subject says (the judge runs it
+    on every call); a model that recompiles only because of Python state (a counter) has a graph
+    that does serve every call, so a forged count is believed for the recompile check (and the
+    speed check that needs it). This test pins that bound: if it fails because the forgery no
+    longer pays, the risk is closed: update docs/trust.md and this test."""
+    counter = PERSONAS["ps5"]["partial"]["ps5-q1-solution"]   # one graph, a Python counter
+    for attack, expected in ((False, False), (True, True)):
+        cells = [Cell("cell 7", (FORGE_COUNT if attack else "") + counter)]
+        job = job_for(["ps5.q1"], cells, course_root=ROOT, timeout_s=240,
+                      checks={"ps5.q1": ["correctness", "recompiles"]}, screen=False)
+        result = judge.grade(job)["results"]["ps5.q1"]
+        assert result["checks"]["recompiles"]["ok"] is expected, result["checks"]["recompiles"]

@@ -1,0 +1,190 @@
+"""A new instructor's first `make grade` on a fresh machine: no bubblewrap, root without
+CAP_SYS_RESOURCE (as in most containers), or an ordinary user (tests/fresh_machine.py builds each
+for real: bubblewrap hidden in a mount namespace, the capability dropped from the bounding set).
+
+On such a machine the demo cohort is graded without the sandbox, and says so. What broke there
+before: every notebook kernel nbgrader started for the feedback asked `prlimit` for a process
+limit above the one nbgrader itself had been given, which only CAP_SYS_RESOURCE allows; the kernel
+died before replying and 41 of 48 demo submissions scored 0. Limits are now only ever lowered.
+
+Each problem kind is graded here once with a full and once with a failing persona, through the
+command line `make grade` runs (inference and the job choice of ps1 and ps3, the training step of
+ps5 as root; fusion, recompiles and the decode loop of ps2, ps4 and ps6 as an ordinary user), to
+the scores of grader/cohort/demo_expected.json; and the Gradescope run_autograder both ways.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import fresh_machine
+from grader.cohort.demo import DEMO_FILE, expected_scores
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = sys.executable
+why_not = fresh_machine.available()
+needs_root = pytest.mark.skipif(bool(why_not), reason=why_not)
+
+
+@pytest.fixture
+def workdir():
+    """A folder an ordinary user can reach too (pytest's own tmp_path sits under a folder only
+    root may enter)."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="fresh-machine-", dir="/tmp")
+    os.chmod(folder, 0o755)
+    yield folder
+    if not os.environ.get("KEEP_FRESH"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _env(home: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TZ")}
+    env.update(PATH=os.path.dirname(PYTHON) + ":/usr/local/bin:/usr/bin:/bin", HOME=home,
+               TMPDIR=home)
+    return env
+
+
+def _course(folder: str, assignments: list[str]) -> str:
+    """A course folder as an instructor's clone has it, for ``assignments`` only."""
+    course = os.path.join(folder, "course")
+    os.makedirs(os.path.join(course, "source"))
+    shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), course)
+    shutil.copy(os.path.join(ROOT, DEMO_FILE), os.path.join(course, DEMO_FILE))
+    for a in assignments:
+        shutil.copytree(os.path.join(ROOT, "source", a), os.path.join(course, "source", a))
+    return course
+
+
+@needs_root
+@pytest.mark.parametrize("user", [None, fresh_machine.NOBODY], ids=["root", "nobody"])
+def test_the_environment_is_what_a_fresh_machine_has(workdir, user):
+    probe = ("import os, shutil; caps = int([l for l in open('/proc/self/status') "
+             "if l.startswith('CapEff')][0].split()[1], 16); "
+             "print(shutil.which('bwrap'), os.geteuid(), bool(caps & (1 << 24)))")
+    out = subprocess.run(fresh_machine.command([PYTHON, "-c", probe], user=user),
+                         capture_output=True, text=True, timeout=60, env=_env(workdir))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", str(user or 0), "False"]
+
+
+def _grade(folder: str, assignments, students, user):
+    course = _course(folder, assignments)
+    home = os.path.join(folder, "home")
+    os.makedirs(home)
+    if user is not None:
+        fresh_machine.give_to(folder, user)
+    argv = [PYTHON, "-m", "grader.cli", "grade", "--course", course, "--demo-students",
+            ",".join(students), *[x for a in assignments for x in ("--assignment", a)]]
+    proc = subprocess.run(fresh_machine.command(argv, user=user), capture_output=True, text=True,
+                          timeout=1800, env=_env(home), cwd=course)
+    return course, proc
+
+
+# (assignments, students) per user: every kind of problem once with a full and a failing persona.
+PLANS = {
+    "root": (os.environ.get("FRESH_SETS", "ps1,ps3,ps5").split(","), ["ada_full", "eve_wrong"]),
+    "nobody": (["ps2", "ps4", "ps6"], ["ada_full", "ben_partial"]),
+}
+
+
+@needs_root
+@pytest.mark.parametrize("who", sorted(PLANS))
+def test_make_grade_grades_the_demo_without_bubblewrap_to_the_written_down_scores(workdir, who):
+    user = fresh_machine.NOBODY if who == "nobody" else None
+    assignments, students = PLANS[who]
+    course, proc = _grade(workdir, assignments, students, user)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    # It says that the demo ran without the sandbox, and why.
+    assert "submitted/ is empty: grading the demo students" in out
+    assert "NO sandbox: bubblewrap is not installed" in out
+    assert "NOT GRADED" not in out and "unexpected score" not in out
+    expected = expected_scores()
+    graded = [line for line in out.splitlines() if ": graded " in line]
+    assert len(graded) == len(assignments) * len(students), out[-4000:]
+    for a in assignments:
+        for s in students:
+            want = expected[a][s]
+            assert any(f"{s}/{a}: graded {want:g}/" in line for line in graded), (a, s, out[-3000:])
+
+
+def _autograder_root(folder: str, user, notebook) -> str:
+    from grader.cohort.gradescope import build_autograder
+
+    zip_path = build_autograder("ps2", os.path.join(folder, "ps2.zip"), course=ROOT)
+    root = os.path.join(folder, "autograder")
+    with zipfile.ZipFile(zip_path) as zf:
+        zf.extractall(os.path.join(root, "source"))
+    shutil.copy(os.path.join(root, "source", "run_autograder"), os.path.join(root, "run_autograder"))
+    os.makedirs(os.path.join(root, "submission"))
+    import nbformat
+
+    nbformat.write(notebook, os.path.join(root, "submission", "ps2.ipynb"))
+    if user is not None:
+        fresh_machine.give_to(folder, user)
+    return root
+
+
+def _ps2(solution: str | None = None):
+    """ps2 filled with the reference solution (or ``solution`` in its solution cell)."""
+    import nbformat
+
+    from grader.cohort.demo import personas_for
+
+    source = nbformat.read(os.path.join(ROOT, "source", "ps2", "ps2.ipynb"), 4)
+    release = nbformat.read(os.path.join(ROOT, "release", "ps2", "ps2.ipynb"), 4)
+    nb = personas_for("ps2", release, source)["ada_full"]
+    if solution is not None:
+        cell = next(c for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("solution")
+                    and c.cell_type == "code")
+        cell.source = solution
+    return nb
+
+
+def _run_autograder(root: str, workdir: str, user, extra_env=None) -> dict:
+    env = dict(_env(workdir), AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=PYTHON,
+               **(extra_env or {}))
+    proc = subprocess.run(fresh_machine.command(["bash", os.path.join(root, "run_autograder")],
+                                                user=user, open_python=True),
+                          capture_output=True, text=True, timeout=900, env=env, cwd=root)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    with open(os.path.join(root, "results", "results.json")) as fh:
+        return json.load(fh)
+
+
+@needs_root
+@pytest.mark.parametrize("user", [None, fresh_machine.NOBODY], ids=["root", "nobody"])
+def test_gradescope_run_autograder_without_bubblewrap(workdir, user):
+    root = _autograder_root(workdir, user, _ps2())
+    results = _run_autograder(root, workdir, user)
+    assert results["score"] == 10, json.dumps(results)[:2000]
+    isolation = results["extra_data"]["isolation"]
+    assert isolation.startswith("NO sandbox")
+    # As root (Gradescope's case), learner code runs as an unprivileged user id.
+    assert ("unprivileged user" in isolation) == (user is None), isolation
+
+
+# Learner code that reads the reference solution, if it can, into its own feedback.
+READ_REFERENCE = """import glob
+for path in glob.glob({pattern!r}):
+    raise ValueError(open(path).read())
+raise ValueError('nothing readable at ' + {pattern!r})
+"""
+
+
+@needs_root
+def test_gradescope_learner_code_cannot_read_the_reference_as_root_without_bubblewrap(workdir):
+    pattern = os.path.join(workdir, "autograder", "source", "course", "source", "*", "*.ipynb")
+    root = _autograder_root(workdir, None, _ps2(READ_REFERENCE.format(pattern=pattern)))
+    results = _run_autograder(root, workdir, None, {"COURSE_UNSCREENED_FOR_TESTS": "gradescope"})
+    shown = json.dumps(results)
+    assert "nothing readable" in shown or "Permission denied" in shown, shown[:3000]
+    assert "d // self.groups" not in shown      # a line of the reference solution
