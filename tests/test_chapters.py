@@ -168,9 +168,30 @@ def _stream_text(nb) -> str:
     return "".join(o.get("text", "") for o in _outputs(nb) if o.output_type == "stream")
 
 
+def test_chapter4_fullgraph_table_matches_this_release(executed):
+    """Section 4's table: fullgraph=True captures .item() and boolean masks from torch 2.10 on
+    (2.8 and 2.9 raise); the grader calls none of the four one-break functions one graph."""
+    from grader.checks._torch_internals import torch_at_least
+
+    rows = _rows(executed, "04_graph_breaks.ipynb", "ch4")
+    accepted = rows["of the 4 one-break functions, fullgraph=True compiles"]
+    assert accepted == (2 if torch_at_least(2, 10) else 0)
+    assert rows["of the 4 one-break functions, the grader calls one graph"] == 0
+    text = _stream_text(executed["04_graph_breaks.ipynb"][0])
+    column = "torch 2.10 and newer" if torch_at_least(2, 10) else "torch 2.8 and 2.9"
+    assert f"the table's column for {column}" in text
+
+
 def test_chapter6_counts_compiles_per_strategy(executed):
     rows = _rows(executed, "06_dynamic_shapes.ipynb", "ch6")
     assert rows["compiles for 4 batch sizes, dynamic=None (automatic dynamic)"] == 2
+    # automatic dynamic is remembered by file, line and name: a re-run compiles the dynamic graph
+    # only, until torch._dynamo.reset()
+    assert rows["compiles for 4 batch sizes, dynamic=None, re-run in the same process"] == 1
+    assert rows["compiles for 4 batch sizes, dynamic=None, re-run after torch._dynamo.reset()"] == 2
+    # plain torch.compile of one function, three settings in a row: the recompile limit is shared
+    assert rows["plain torch.compile, 3 settings in a row on one function: compiles with "
+                "dynamic=True"] == 0
     assert rows["compiles for 4 batch sizes, mark_dynamic"] == 1
     assert rows["compiles for batch sizes [1, 2, 3, 4, 0, 5], dynamic=False"] == 6
     # 0/1 specialization: sizes 1 and 0 get graphs of their own even with dynamic=True
@@ -186,6 +207,10 @@ def test_chapter6_counts_compiles_per_strategy(executed):
     extra = re.search(r"compiles during the steady-state timing \(should be 0\): (\{.*?\})", text)
     assert extra and set(ast.literal_eval(extra[1]).values()) == {0}, extra
     assert "hit config." in text and "torch._check" in text
+    # section 6: the Python bounds check cannot compile, torch._check's bounds can, and fail at run time
+    assert re.search(r"used_tokens +UserError: .*torch\._check", text)
+    assert re.search(r"used_tokens_checked +one graph \(1 compile\)", text)
+    assert "more tokens than fit, the run-time check fails: RuntimeError" in text
     assert "GPU-only:" in text and "skipped on cpu because" in text
 
 
@@ -197,6 +222,14 @@ def test_chapter7_partitioners_and_training_step(executed):
     assert rows["first compiled training step (forward + backward compile)"] > 0
     text = _stream_text(executed["07_training.ipynb"][0])
     assert "after two steps the compiled model's loss and weights match eager's" in text
+    # the plain compile's aot_graphs log (stderr) returns what ch.aot_graphs lists as saved
+    saved = re.search(r"saved for backward \(min-cut\): (.*)", text)
+    assert saved, "the cell printing ch.aot_graphs' saved tensors of the one-block model"
+    log = "".join(o.get("text", "") for o in _outputs(executed["07_training.ipynb"][0])
+                  if o.output_type == "stream" and o.get("name") == "stderr")
+    assert "def forward" in log
+    for name in saved[1].split(", "):
+        assert re.search(rf"\b{re.escape(name)}\b", log), name
     for what in ("peak memory of a training step", "CUDA graphs in a training loop", "TF32 matmuls",
                  "bf16 speed on Tensor Cores"):
         assert f"GPU-only: {what}" in text, what
@@ -209,7 +242,9 @@ def test_chapter8_escape_hatches_caches_and_tools(executed):
     assert rows["graphs: the same as a torch.library.custom_op"] == 1
     assert rows["graphs: a helper under allow_in_graph"] == 1
     regional = [v for k, v in rows.items() if k.startswith("graphs compiled, regional")]
-    assert regional == [1]                                  # one graph serves every block
+    assert regional == [1]                                  # one graph serves every block ...
+    with_grad = [v for k, v in rows.items() if k.startswith("graphs compiled with gradients on")]
+    assert with_grad == [2]                                 # ... under no_grad only
     assert rows["fresh process, cold cache: first call"] > 0
     assert rows["fresh process, same cache folder: first call"] > 0
     assert rows["tlparse: compile folders in its report"] >= 4   # model, break, resume, recompiles

@@ -35,9 +35,9 @@ def demo_run(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("demo") / "course")
     demo.build_demo_course(ROOT, [ASSIGNMENT], folder=folder)
     started = time.monotonic()
-    # gus_loop's endless cell runs until this limit: shorter than the demo's own (which leaves room
+    # gus_loop's endless cell runs until these limits: shorter than the demo's own (which leave room
     # for slow machines), since every other cell of a graded run reads results and ends in seconds.
-    run = grade(folder, [ASSIGNMENT], workers=2, cell_timeout_s=60)
+    run = grade(folder, [ASSIGNMENT], workers=2, cell_timeout_s=60, subject_timeout_s=60)
     print(f"demo cohort {ASSIGNMENT}: {time.monotonic() - started:.0f} s")
     return run
 

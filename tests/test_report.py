@@ -70,3 +70,26 @@ def test_feedback_lines_wrap(tmp_path):
     wrap_feedback_lines(str(tmp_path))   # once
     text = page.read_text()
     assert text.count("white-space: pre-wrap") == 1
+
+
+def test_an_inconclusive_verdict_is_flagged_for_review_not_paid(tmp_path):
+    from grader.isolation.check import Evaluation, score_cell
+    from grader.problems import TestCell, get_problem
+
+    problem = get_problem("ps2.q1")
+    evaluation = Evaluation(problem, {"status": "ok", "problem": "ps2.q1", "checks": {
+        "correctness": {"ok": True, "message": "match"},
+        "speed": {"ok": False, "verdict": "inconclusive", "message": "noisy"}}})
+    cell = TestCell("ps2-q1-speed", 3, requires=(("ps2.q1", "correctness"),),
+                    scored=("ps2.q1", "speed"))
+    score = score_cell(cell, {"ps2.q1": evaluation})
+    assert score.points == 0.0 and score.review and "[REVIEW]" in score.text
+    assert "scores 0 of 3 until a person looks" in score.failure
+    course = str(tmp_path)
+    outcome = _submission(course, "ann", {"checks": {}}, 7.0)
+    path = os.path.join(course, "autograded", "ann", "ps9", RESULTS_FILE)
+    data = json.load(open(path))
+    data["cells"] = {"ps9-q1-speed": score.to_dict()}
+    json.dump(data, open(path, "w"))
+    page = open(report.write_report(course, [outcome], os.path.join(course, "reports"))).read()
+    assert "Flagged for review" in page and "ps9-q1-speed" in page

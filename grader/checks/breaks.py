@@ -270,10 +270,11 @@ def fullgraph_check(fn: Callable, *example_inputs, backend: str = "eager",
 
     First the graph-break report (a plain ``torch.compile``): any break, or more than one graph,
     fails the check and the result carries the report. Then, if the report is clean,
-    ``torch.compile(fn, fullgraph=True)`` must also succeed. The report comes first because
-    ``fullgraph=True`` is more permissive than the compile the learner will run: it turns on
-    ``capture_scalar_outputs`` and ``capture_dynamic_output_shape_ops``, so ``.item()`` and
-    ``x[x > 0]`` compile there as one graph while a plain ``torch.compile`` breaks on them.
+    ``torch.compile(fn, fullgraph=True)`` must also succeed. The report comes first because, from
+    torch 2.10 on, ``fullgraph=True`` is more permissive than the compile the learner will run: it
+    turns on ``capture_scalar_outputs`` and ``capture_dynamic_output_shape_ops``, so ``.item()``
+    and ``x[x > 0]`` compile there as one graph while a plain ``torch.compile`` breaks on them
+    (torch 2.8 and 2.9 raise on both under ``fullgraph=True``; docs/versions.md).
 
     Both compiles use a fresh copy of ``fn`` (an earlier compile of ``fn`` is never reused).
     ``backend="eager"`` (Dynamo only) is enough: whether a function is one graph is decided by

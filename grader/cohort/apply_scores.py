@@ -63,8 +63,9 @@ class ApplyPipelineScores(NbGraderPreprocessor):
                                              f"in the problem set's TEST_CELLS, so it scores 0"}
         kernel_points, kernel_text = grade.auto_score, _stdout(cell).strip()
         grade.auto_score = float(scored["points"])
-        # nbgrader's own rule: a cell a grader scored by hand stays flagged for review.
-        grade.needs_manual_grade = grade.manual_score is not None
+        # nbgrader's own rule: a cell a grader scored by hand stays flagged for review; and a cell
+        # whose verdict was inconclusive is flagged for one (it is not paid silently).
+        grade.needs_manual_grade = grade.manual_score is not None or bool(scored.get("review"))
         text = scored["text"]
         # A different score, or verdicts printed that are not the grader's (a cell that raised
         # before printing anything, e.g. on a missing class, claims nothing).

@@ -44,11 +44,12 @@ def _results(course: str, student: str, assignment: str) -> list[ProblemResult]:
 def collect(course: str, outcomes) -> dict:
     """Per assignment: scores, :class:`SpeedPoint` s, and graph-break causes counted once per
     student and problem."""
-    from grader.cohort.grade import DISAGREEMENTS_FILE
+    from grader.cohort.grade import DISAGREEMENTS_FILE, RESULTS_FILE
 
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
-                                                  "not_graded": [], "disagreed": []})
+                                                  "not_graded": [], "disagreed": [],
+                                                  "review": []})
     for o in outcomes:
         sub = o.submission
         d = data[sub.assignment]
@@ -59,6 +60,9 @@ def collect(course: str, outcomes) -> dict:
         for row in _load(course, sub.student, sub.assignment, DISAGREEMENTS_FILE, []):
             d["disagreed"].append((sub.student, row.get("grade_id"), row.get("kernel_points"),
                                    row.get("points")))
+        cells = _load(course, sub.student, sub.assignment, RESULTS_FILE, {}).get("cells", {})
+        d["review"] += [(sub.student, grade_id) for grade_id, c in sorted(cells.items())
+                        if isinstance(c, dict) and c.get("review")]
         seen = set()
         for r in _results(course, sub.student, sub.assignment):
             speed = r.checks.get("speed")
@@ -205,6 +209,12 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
                              f"<li>{html.escape(str(s))}: {html.escape(str(g))}: notebook "
                              f"{html.escape(str(k))}, grader {p:g}</li>"
                              for s, g, k, p in d["disagreed"]) + "</ul>")
+        if d["review"]:
+            parts.append("<p>Flagged for review (an inconclusive speed verdict: the machine was "
+                         "too noisy to decide; scored 0 until a person looks, or a regrade on a "
+                         "quieter machine decides it):</p><ul>" + "".join(
+                             f"<li>{html.escape(s)}: {html.escape(g)}</li>" for s, g in d["review"])
+                         + "</ul>")
         if d["not_graded"]:
             parts.append("<p>Not graded (scored 0):</p><ul>" + "".join(
                 f"<li>{html.escape(s)}: {html.escape(r)}</li>" for s, r in d["not_graded"]) + "</ul>")

@@ -61,6 +61,12 @@ def describe(device: str = DEVICE) -> str:
     return f"torch {torch.__version__}, {where}, COURSE_SIZE={SIZE}"
 
 
+def torch_at_least(major: int, minor: int) -> bool:
+    """Is this torch release ``major.minor`` or newer? For the cells that say which release does
+    what (docs/versions.md lists the differences)."""
+    return ti.torch_at_least(major, minor)
+
+
 def gpu_only(what: str, why: str, device: str = DEVICE) -> bool:
     """True on CUDA. On CPU, print that ``what`` is GPU-only and ``why``, and return False.
 

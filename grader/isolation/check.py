@@ -90,7 +90,7 @@ class Evaluation:
     def failure(self, name: str) -> str:
         return f"{self.problem.key}: {self.title(name)} failed\n{self.message(name)}"
 
-    def points(self, name: str, max_points: float, inconclusive_credit: float = 1.0) -> float:
+    def points(self, name: str, max_points: float, inconclusive_credit: float = 0.0) -> float:
         """nbgrader partial credit: full for pass, ``inconclusive_credit`` x for inconclusive."""
         print(self.line(name))
         return credit(self.verdict(name), max_points, inconclusive_credit)
@@ -125,7 +125,7 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
-def credit(verdict: str, max_points: float, inconclusive_credit: float = 1.0) -> float:
+def credit(verdict: str, max_points: float, inconclusive_credit: float = 0.0) -> float:
     if verdict == "pass":
         return float(max_points)
     if verdict == "inconclusive":
@@ -146,13 +146,20 @@ class CellScore:
     partial: bool            # the cell's value is its points (nbgrader partial credit)
     text: str                # every verdict the cell depends on, with messages and hints
     failure: str = ""        # why it earned nothing, when it did not pass outright
+    review: bool = False     # a verdict it depends on was inconclusive: for a person to look at
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "CellScore":
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
+REVIEW_NOTE = ("the machine was too noisy to decide this verdict, even after the extra trials: "
+               "it is flagged for the instructor (nbgrader: needs manual grade) and scores "
+               "{points:g} of {max_points:g} until a person looks (a regrade on a quieter machine, "
+               "`make grade REGRADE=1`, usually decides it)")
 
 
 def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
@@ -167,22 +174,30 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         elif (key, name) not in shown:
             shown.add((key, name))
             lines.append(ev.line(name))
-    met = True
+    met, review = True, False
     for key, name in cell.requires:
         ev = evaluations[key]
-        if ev.verdict(name) not in ("pass", "inconclusive"):
+        if ev.verdict(name) == "inconclusive":
+            review = True
+        elif ev.verdict(name) != "pass":
             met = False
             failure = failure or ev.failure(name)
     if cell.scored:
         key, name = cell.scored
-        points = credit(evaluations[key].verdict(name), cell.points, cell.inconclusive_credit) \
-            if met else 0.0
-        if not failure and points < cell.points:
+        verdict = evaluations[key].verdict(name)
+        review = review or (met and verdict == "inconclusive")
+        points = credit(verdict, cell.points, cell.inconclusive_credit) if met else 0.0
+        if not failure and points < cell.points and verdict != "inconclusive":
             failure = evaluations[key].failure(name)
     else:
-        points = float(cell.points) if met else 0.0
+        points = float(cell.points) if met and not review else \
+            float(cell.points) * cell.inconclusive_credit if met else 0.0
+    if review and met:
+        note = REVIEW_NOTE.format(points=points, max_points=float(cell.points))
+        lines.append(f"[REVIEW] {note}")
+        failure = failure or note
     return CellScore(cell.grade_id, points, float(cell.points), cell.scored is not None,
-                     "\n".join(lines), failure)
+                     "\n".join(lines), failure, review and met)
 
 
 # ---------------------------------------------------------------------------------------------

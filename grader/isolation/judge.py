@@ -215,6 +215,7 @@ class ReferenceSide:
     base_timed: object
     baseline_ops: tuple = ()
     reference: object | None = None
+    reference_module: object | None = None   # the reference's graph, rebuilt (work per call)
     reference_options: dict = dataclasses.field(default_factory=dict)
     reference_first_s: float = 0.0
     seconds: float = 0.0
@@ -252,8 +253,10 @@ class ReferenceSide:
         from grader.isolation.subject import exec_cells, namespace_for
 
         problem, device = self.problem, self.device
+        # A module name of its own per problem: Dynamo finds a function's globals by its module's
+        # name, and one judge keeps several references.
         namespace = namespace_for(problem_module or f"grader.problems.{problem.assignment}",
-                                  "__reference__")
+                                  f"__reference_{problem.key.replace('.', '_')}__")
         exec_cells(cells, namespace)  # the instructor's code, never the learner's
         entry = namespace[problem.entry]
         ref_model = problem.instantiate(entry, self.base_model, device)
@@ -267,7 +270,13 @@ class ReferenceSide:
             header, blob = _ship(captured)
             loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
             timed_model = loaded.module(self.base_model, device, training=problem.training)
+            self.reference_module = loaded.module(self.base_model, device,
+                                                  training=problem.training)
         self.reference = _timed_version(timed_model, problem, self.reference_options)
+        if problem.reference_eager_baseline:
+            # Speed over the reference's own model, eagerly: what compiling it gains.
+            self.base_timed = problem.graded_call(ref_model)
+            timing.first_call_seconds(self.base_timed, pool[0], device)
         if "job" in problem.checks:
             with ti.fresh_inductor_cache():  # cold, as the learner's is
                 self.reference_first_s = timing.first_call_seconds(self.reference, pool[0], device)
@@ -554,6 +563,11 @@ class Judge:
             return GraphCheck(False, "\n".join([f"compiles with fullgraph=True, but is not one "
                                                 f"graph as the grader defines it: {exc}",
                                                 *_break_lines(ev)]), refused=True)
+        for name in loaded.operators:
+            packet = ".".join(name.split(".")[:2])
+            if packet in problem.refused_operators:
+                return GraphCheck(False, f"compiles to one graph, but it uses {packet}: "
+                                         f"{problem.refused_operators[packet]}", refused=True)
         # The graph must compute what the original computes, on inputs nobody saw before ...
         rep = correctness.check_outputs(
             problem.graded_call(module), side.base_eager,
@@ -644,6 +658,9 @@ class Judge:
         if not graph.ok:
             return CheckOutcome(False, f"not timed: speed is measured on the one graph your code "
                                        f"compiles to, and it {graph.headline}", "fail")
+        too_much = _work_check(problem, side, graph)
+        if too_much:
+            return CheckOutcome(False, f"not timed: {too_much}", "fail")
         options = {**problem.learner_compile, **ev.choice}
         pool, expected = self._pool(problem, side, device)
         target = problem.target if side.reference is not None else targets.self_check_target(problem)
@@ -654,7 +671,11 @@ class Judge:
                                           budget_s=float(job.get("budget_s") or problem.budget_s))
         details = verdict.to_dict()
         details["with_reference"] = side.reference is not None
-        outcome = CheckOutcome(verdict.passed, str(verdict), verdict.verdict, details)
+        text = str(verdict)
+        if problem.reference_eager_baseline and side.reference is not None:
+            text += ("\n  (the baseline is the reference solution's own model run eagerly: the "
+                     "speedup credited is what compiling gains, not a better algorithm)")
+        outcome = CheckOutcome(verdict.passed, text, verdict.verdict, details)
         for index, output in verdict.comparison.last_outputs.get("learner", []):
             why = correctness.compare_output(output, expected[index], "a timed run's output")
             if why is not None:
@@ -764,6 +785,35 @@ def _break_lines(ev: Evidence) -> list[str]:
     if lines:
         lines.insert(0, "where (as the process that ran your code reports it):")
     return lines
+
+
+def _flops(problem: Problem, module, args: tuple) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), ti.quiet_torch_logs(), FlopCounterMode(display=False) as counter:
+        problem.traced_call(module)(*args)
+    return counter.get_total_flops()
+
+
+def _work_check(problem: Problem, side: ReferenceSide, graph: GraphCheck) -> str:
+    """'' when the learner's graph does no more work per call than the problem allows (see
+    ``Problem.max_work_ratio``), else why not."""
+    if problem.max_work_ratio is None or problem.work_inputs is None:
+        return ""
+    calls = problem.work_inputs(side.device)
+    mine = [_flops(problem, graph.module, args) for args in calls]
+    if mine[-1] > 1.1 * max(1, mine[0]):
+        return (f"your step does more work later in a generation ({mine[0]:,} FLOPs at the first "
+                f"call, {mine[-1]:,} at the last): a cached step computes one position per "
+                f"layer, whatever the position")
+    if side.reference_module is None:
+        return ""
+    theirs = max(_flops(problem, side.reference_module, args) for args in calls)
+    if max(mine) > problem.max_work_ratio * theirs:
+        return (f"your step does {max(mine):,} FLOPs a call, more than "
+                f"{problem.max_work_ratio:g}x the reference's {theirs:,}: a cached step computes "
+                f"one position per layer and reads the cache, it does not recompute the sequence")
+    return ""
 
 
 def _breaks(ev: Evidence) -> list[dict]:

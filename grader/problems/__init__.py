@@ -57,6 +57,14 @@ class Problem:
       code compiles to, rebuilt and compiled by the judge) or ``"baseline"`` (the given model, run
       the way the learner chose: the learner's forward must then be the baseline's, operator for
       operator).
+    - ``refused_operators``: ATen operators (``"aten.group_norm"``) a graph of this problem may
+      not use, with the reason the learner reads: a library call that would skip the lesson.
+    - ``max_work_ratio``: the learner's graph may do at most this many times the FLOPs of the
+      reference's graph per call, on every one of ``work_inputs(device)`` (and no more on the
+      last than on the first: work that grows with the position is not a cached step).
+    - ``reference_eager_baseline``: when the reference is at hand, speed is measured over the
+      reference's own model run eagerly (so the speedup credited is compilation's, not a better
+      algorithm's); self-check, which has no reference, keeps the given baseline and its floors.
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
       (not credited).
@@ -84,6 +92,10 @@ class Problem:
     allowed_config: frozenset = frozenset()
     choices: dict = dataclasses.field(default_factory=dict)
     timed_model: str = "learner"
+    refused_operators: dict = dataclasses.field(default_factory=dict)
+    max_work_ratio: float | None = None
+    work_inputs: Callable[[str], list[tuple]] | None = None
+    reference_eager_baseline: bool = False
     job_calls: int | None = None
     training: bool = False
     driver: Callable[..., Any] | None = None
@@ -132,7 +144,8 @@ class TestCell:
     grading pipeline scores from (``grade_id`` of the test cell in the notebook).
 
     - ``requires``: ``(problem key, check)`` pairs that must all pass (an inconclusive speed
-      verdict counts as passed);
+      verdict holds the cell for review: it scores ``inconclusive_credit`` of its points and is
+      flagged for the instructor);
     - ``scored``: the ``(problem key, check)`` whose verdict gives partial credit (full for
       pass, ``inconclusive_credit`` of the points for inconclusive, none for fail), once
       ``requires`` hold; without it the cell is all or nothing.
@@ -142,7 +155,7 @@ class TestCell:
     points: float
     requires: tuple[tuple[str, str], ...] = ()
     scored: tuple[str, str] | None = None
-    inconclusive_credit: float = 1.0
+    inconclusive_credit: float = 0.0
 
     @property
     def problems(self) -> list[str]:

@@ -70,12 +70,23 @@ HINTS = {
     "speed": "the speed comes from fusion: fewer kernels means fewer passes over memory.",
 }
 
+# A library norm does the statistics in one call: the two-line answer (F.group_norm, then GELU)
+# would skip writing them as whole-tensor expressions, which is the lesson. Not credited: the
+# learner's graph must compute the group norm itself.
+_WHY = ("ps2 asks you to write the group norm's statistics yourself, as whole-tensor expressions "
+        "Inductor can fuse; a library norm does them in one call, so it is not credited")
+LIBRARY_NORMS = {f"aten.{op}": _WHY for op in (
+    "group_norm", "native_group_norm", "layer_norm", "native_layer_norm", "batch_norm",
+    "_native_batch_norm_legit", "_native_batch_norm_legit_no_training", "instance_norm",
+    "rms_norm")}
+
 PROBLEMS = {
     "ps2.q1": Problem(
         key="ps2.q1", title="make Inductor fuse it", entry="FusedGroupNormGELU",
         make_baseline=_baseline, make_inputs=make_inputs, solution_grade_id="ps2-q1-solution",
         checks=("correctness", "fullgraph", "fusion", "speed"),
         baseline_compile=None, learner_compile={}, max_kernels=MAX_KERNELS,
+        refused_operators=LIBRARY_NORMS,
         target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
         budget_s=15.0, hints=HINTS),
     "ps2.q1rows": Problem(
