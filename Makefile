@@ -102,13 +102,19 @@ ROSTER ?=
 # cluster), else on a local Ray instance (README: "Grading on a Ray cluster").
 EXECUTOR ?= local
 RAY_ADDRESS ?=
+# DEMO=all grades the whole demo cohort (when submitted/ is empty); DEMO=ada_full,fay_crash some of
+# it; unset: all eight students in ps1 and four in each other set (a first run's length).
+DEMO ?=
 grade: setup
-	$(PY) -m grader.cli grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER)) --executor $(EXECUTOR) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS))
+	$(PY) -m grader.cli grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER)) --executor $(EXECUTOR) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO))
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
+# GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: Gradescope's
+# 600); run_autograder stops itself a minute before it and writes results.json.
+GRADESCOPE_TIMEOUT ?=
 gradescope: setup
 	@test -n "$(ASSIGNMENT)" || { echo "usage: make gradescope ASSIGNMENT=ps2"; exit 2; }
-	$(PY) -m grader.cli gradescope $(ASSIGNMENT)
+	$(PY) -m grader.cli gradescope $(ASSIGNMENT) $(if $(GRADESCOPE_TIMEOUT),--timeout-s $(GRADESCOPE_TIMEOUT))
 
 bench-grade: setup
 	$(PY) -m grader.cli bench-grade --out bench-results/bench-grade.md

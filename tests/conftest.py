@@ -106,6 +106,26 @@ class FakeClock(Clock):
         return out
 
 
+@pytest.fixture(scope="session")
+def graded_demo(tmp_path_factory):
+    """The demo cohort of ps2 (every persona), graded by ``grade()`` as ``make grade`` does:
+    shared by the tests of the run (test_grade) and of its report in a browser (test_browser)."""
+    import time
+
+    from grader.cohort import demo
+    from grader.cohort.grade import grade
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = str(tmp_path_factory.mktemp("demo") / "course")
+    demo.build_demo_course(root, ["ps2"], folder=folder)
+    started = time.monotonic()
+    # gus_loop's endless cell runs until these limits: shorter than the demo's own (which leave room
+    # for slow machines), since every other cell of a graded run reads results and ends in seconds.
+    run = grade(folder, ["ps2"], workers=2, cell_timeout_s=60, subject_timeout_s=60)
+    print(f"demo cohort ps2: {time.monotonic() - started:.0f} s")
+    return run
+
+
 def pool(n: int, size: int = 3) -> list[tuple]:
     """``n`` distinct input tuples; the first element of input ``i`` is ``i``."""
     return [(torch.full((size,), float(i)),) for i in range(n)]

@@ -424,3 +424,35 @@ def test_chapter_plots_render_as_images(lab, page):
             size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
             assert size[2] and size[0] > 100 and size[1] > 100, size
             shot(page, f"08-chapter-plot-{i + 1}")
+
+
+def test_the_report_and_a_feedback_page_read_well_in_a_browser(browser, graded_demo):
+    """What an instructor opens first after `make grade`: the report's students x sets table,
+    each score a link to that student's feedback; panels without data say so; the feedback's
+    verdict lines wrap instead of running off the side."""
+    report = os.path.join(graded_demo.report_dir, "report.html")
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(f"file://{report}")
+        table = page.locator("table.scores")
+        assert table.count() == 1
+        links = table.locator("a")
+        assert links.count() == len(graded_demo.outcomes)   # every score links somewhere
+        shot(page, "08-report")
+        full = table.locator("a", has_text="10 / 10").first
+        full.click()
+        page.wait_for_load_state()
+        assert page.url.endswith("/feedback/ada_full/ps2/ps2.html"), page.url
+        # No horizontal scroll: the page is no wider than the window, long lines wrap.
+        widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert widths[0] <= widths[1], widths
+        wrap = page.evaluate("() => getComputedStyle(document.querySelector('pre')).whiteSpace")
+        assert wrap == "pre-wrap", wrap
+        shot(page, "09-feedback-ada_full")
+        page.goto(f"file://{report}")
+        page.locator("table.scores a", has_text="not graded").first.click()
+        page.wait_for_load_state()
+        assert page.url.endswith("NOT_GRADED.html") and "not graded" in page.inner_text("h1")
+    finally:
+        context.close()

@@ -31,15 +31,8 @@ def _gradebook_rows(course: str) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    folder = str(tmp_path_factory.mktemp("demo") / "course")
-    demo.build_demo_course(ROOT, [ASSIGNMENT], folder=folder)
-    started = time.monotonic()
-    # gus_loop's endless cell runs until these limits: shorter than the demo's own (which leave room
-    # for slow machines), since every other cell of a graded run reads results and ends in seconds.
-    run = grade(folder, [ASSIGNMENT], workers=2, cell_timeout_s=60, subject_timeout_s=60)
-    print(f"demo cohort {ASSIGNMENT}: {time.monotonic() - started:.0f} s")
-    return run
+def demo_run(graded_demo):
+    return graded_demo   # tests/conftest.py: graded once per session, shared with the browser test
 
 
 def test_demo_cohort_has_every_persona_and_written_down_scores():

@@ -109,6 +109,7 @@ class Run:
     ray: object = None       # the RayExecutor, once started
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
+    report_path: str = ""
     csv_path: str = ""
     roster: str = ""         # Canvas's gradebook export: names, sections, assignment ids
     canvas_path: str = ""
@@ -750,7 +751,7 @@ def summarize(run: Run) -> None:
     run.log(f"feedback:  {os.path.join(run.course, 'feedback')}/STUDENT/ASSIGNMENT/")
     run.log(f"grades:    {run.csv_path}")
     run.log(f"canvas:    {run.canvas_path}  (Canvas: Grades > Import)")
-    run.log(f"report:    {getattr(run, 'report_path', '')}")
+    run.log(f"report:    {run.report_path}")
     run.log(f"isolation: {run.isolation.describe()}")
 
 
