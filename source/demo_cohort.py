@@ -112,22 +112,22 @@ class LongJobMLP(ShortJobMLP):
 
 # --- ps4 --------------------------------------------------------------------------------
 DEMO_SOLUTIONS["ps4"] = {
-    # The debug check removed (one graph), but the call counter still changes every call.
+    # The two habits deleted (one graph, no counter), but compiled as torch.compile's default
+    # would: the first prompt length is baked in, and the second recompiles.
     "partial": {"ps4-q1-solution": '''class FastGPT(TinyGPT):
     def forward(self, idx):
-        self.calls += 1
         B, T = idx.shape
         x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
         for blk in self.blocks:
             x = x + self.attention(blk, x)
             x = x + self.mlp(blk, x)
-            if self.calls % 100 == 1000:
-                x = x * 1.0
         logits = self.head(self.ln(x[:, -1]))
         return torch.softmax(logits, dim=-1)
 '''},
-    # One graph, no recompiles, correct; but the blocks run twice.
+    # One graph for every length, correct; but the blocks run twice.
     "slow": {"ps4-q1-solution": '''class FastGPT(TinyGPT):
+    compile_dynamic = True
+
     def forward(self, idx):
         B, T = idx.shape
         x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
@@ -144,6 +144,8 @@ DEMO_SOLUTIONS["ps4"] = {
 '''},
     # Fast, but the final layer norm is skipped.
     "wrong": {"ps4-q1-solution": '''class FastGPT(TinyGPT):
+    compile_dynamic = True
+
     def forward(self, idx):
         B, T = idx.shape
         x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))

@@ -104,3 +104,31 @@ def test_ps6s_static_history_step_is_not_timed(judge):
     assert checks["correctness"]["ok"] and checks["fullgraph"]["ok"] and checks["recompiles"]["ok"]
     assert not checks["speed"]["ok"] and "FLOPs" in checks["speed"]["message"]
     assert points("ps6", results) == 7   # correctness 3, one graph 2, one compile 2: no speed
+
+
+DELETION_PS4 = """class FastGPT(TinyGPT):
+    def forward(self, idx):
+        B, T = idx.shape
+        x = self.emb(idx) + self.pos(torch.arange(T, device=idx.device))
+        for blk in self.blocks:
+            x = x + self.attention(blk, x)
+            x = x + self.mlp(blk, x)
+        logits = self.head(self.ln(x[:, -1]))
+        return torch.softmax(logits, dim=-1)
+"""
+
+
+def test_ps4s_two_line_deletion_is_not_enough(judge):
+    """Deleting the counter and the debug check gives one graph, but torch.compile's default
+    compiles the first prompt length as a constant: the second recompiles, and the graph does not
+    serve every length. Correctness and one graph only (4 of 10); with compile_dynamic = True it
+    is the reference (10)."""
+    checks = ["correctness", "fullgraph", "breaks", "recompiles", "speed"]
+    results = grade(judge, ["ps4.q1", "ps4.q1lengths"], DELETION_PS4, checks)
+    recompiles = results["ps4.q1"]["checks"]["recompiles"]
+    assert not recompiles["ok"] and "2 compilations" in recompiles["message"]
+    assert points("ps4", results) == 4
+    fixed = DELETION_PS4.replace("class FastGPT(TinyGPT):\n",
+                                 "class FastGPT(TinyGPT):\n    compile_dynamic = True\n\n")
+    results = grade(judge, ["ps4.q1", "ps4.q1lengths"], fixed, checks[:4])
+    assert all(c["ok"] for c in results["ps4.q1"]["checks"].values()), results["ps4.q1"]["checks"]

@@ -559,7 +559,18 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx
     fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in example_inputs]
     with mode:
         traced = make_fx(gm, pre_dispatch=True)(*fake)
+    # Tracing leaves reads nobody uses (with dynamic=True, a float attribute such as a layer
+    # norm's eps arrives as a 0-d tensor and is read with .item() whether used or not): drop them.
+    for node in reversed(list(traced.graph.nodes)):
+        if node.op == "call_function" and not node.users and node.target in _DEAD_IF_UNUSED:
+            traced.graph.erase_node(node)
+    traced.graph.eliminate_dead_code()
     return torch.fx.GraphModule(traced, traced.graph), fake
+
+
+# Reads with no effect of their own, which tracing may leave behind unused.
+_DEAD_IF_UNUSED = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default,
+                   torch.ops.aten.sym_size.int}
 
 
 def same_symbol(a, b) -> bool:

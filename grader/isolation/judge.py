@@ -311,6 +311,7 @@ class GraphCheck:
     module: graph_artifact.ArtifactModule | None = None
     operators: int = 0
     refused: bool = False
+    general: str = ""       # why the graph does not serve every call the problem makes ('' : it does)
 
     @property
     def headline(self) -> str:
@@ -576,29 +577,61 @@ class Judge:
         if not rep.ok:
             return GraphCheck(False, f"the graph your code compiles to does not compute what the "
                                      f"original computes: {rep}")
-        # ... and on every shape and step the problem uses (a graph specialised to one batch
-        # size or one position fails here).
+        # ... and, for the recompile check, on every shape and step the problem uses (a graph
+        # specialised to one batch size or one position fails there).
+        general = ""
         if problem.recompile_inputs is not None:
             why = _same_over(problem, module, side.base_model, problem.recompile_inputs(device))
             if why:
-                return GraphCheck(False, f"the graph your code compiles to is right for the shapes "
-                                         f"it was captured with, not for all the problem uses: "
-                                         f"{why}")
+                general = (f"the graph your code compiles to is right for the shapes it was "
+                           f"captured with, not for every call the problem makes: {why}")
         ops = len(loaded.operators)
         return GraphCheck(True, f"compiles with fullgraph=True: one graph of {ops} operators, "
                                 f"checked by the grader (it computes what the original computes "
-                                f"on fresh inputs" + (" and on every shape and step the problem "
-                                                      "uses)" if problem.recompile_inputs else ")"),
-                          module, ops)
+                                f"on fresh inputs)", module, ops, general=general)
 
     def _decide(self, problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
                 device: str, job: dict, lap) -> dict[str, CheckOutcome]:
         out: dict[str, CheckOutcome] = {}
         correct = ev.correctness.ok if ev.correctness is not None else True
+
+        def compiled_check() -> CheckOutcome:
+            """The judge's own Inductor compile of the learner's graph (as the speed check
+            compiles it), run on inputs from fresh seeds, against the original's eager outputs
+            within the problem's stated tolerance: what torch.compile makes of the code."""
+            if graph is None or not graph.ok:
+                return CheckOutcome(False, "not checked: it is checked on the one graph your code "
+                                           "compiles to, and it " + (graph.headline if graph
+                                                                    else "was not captured"))
+            options = {**problem.learner_compile, **ev.choice}
+            if options.get("mode") == NO_COMPILE:
+                options = {k: v for k, v in options.items() if k != "mode"}
+            seeds = correctness.fresh_seeds(3)
+            with ti.quiet_torch_logs():
+                compiled = _timed_version(graph.module, problem, options)
+                rep = correctness.check_outputs(
+                    compiled, side.base_eager,
+                    lambda seed: problem.make_inputs(seeded_generator(seed), device),
+                    seeds=seeds, grad=problem.training, tolerance=problem.tolerance)
+            rtol, atol = problem.tolerance or ("the dtype's", "the dtype's")
+            how = (f"the grader compiled your graph with Inductor (torch.compile, "
+                   f"mode={options.get('mode', 'default')!r}) and compared its outputs on "
+                   f"{rep.checked} fresh inputs with the original's eager outputs (rtol={rtol}, "
+                   f"atol={atol})")
+            if rep.ok:
+                return CheckOutcome(True, how + ": they match.", details={"checked": rep.checked})
+            text = str(rep).replace("outputs do not match the reference:",
+                                    "the compiled outputs do not match the original's eager ones:",
+                                    1)
+            return CheckOutcome(False, f"{how}.\n{text}\n(your code run eagerly is what the "
+                                       f"correctness check compares; this check compares what "
+                                       f"torch.compile makes of it)",
+                                details={"checked": rep.checked})
+
         if ev.correctness is not None:
             out["correctness"] = ev.correctness
         graph = self._check_graph(problem, side, ev, device) \
-            if any(c in wanted for c in CHECKS_NEEDING_A_GRAPH) else None
+            if any(c in wanted for c in CHECKS_NEEDING_A_GRAPH + ("compiled",)) else None
         lap("graph checks")
         if "fullgraph" in wanted:
             out["fullgraph"] = CheckOutcome(graph.ok, graph.message, details={
@@ -610,6 +643,9 @@ class Judge:
                 else _breaks(ev)})
         if "recompiles" in wanted and problem.recompile_inputs is not None:
             out["recompiles"] = _recompiles(problem, graph, ev)
+        if "compiled" in wanted:
+            out["compiled"] = compiled_check()
+            lap("check compiled")
         if "fusion" in wanted:
             out["fusion"] = self._fusion(problem, graph, ev, device)
             lap("check fusion")
@@ -840,6 +876,10 @@ def _recompiles(problem: Problem, graph: GraphCheck, ev: Evidence) -> CheckOutco
     if not graph.ok:
         return CheckOutcome(False, f"{told}\nnot credited: it is credited to one graph that serves "
                                    f"every call, and your code {graph.headline}",
+                            details={"compiles": compiles if counted else None,
+                                     "hit_limit": hit if counted else None})
+    if graph.general:
+        return CheckOutcome(False, f"{told}\n{graph.general}",
                             details={"compiles": compiles if counted else None,
                                      "hit_limit": hit if counted else None})
     ok = counted and compiles <= problem.max_compiles and not hit

@@ -1,11 +1,18 @@
-"""Problem set 4: a small transformer's inference step.
+"""Problem set 4: a small transformer's inference step, for prompts of every length.
 
 ``TinyGPT`` is a one-block decoder that returns the next-token distribution for a batch of token
-sequences. Its ``forward`` carries two habits from eager-mode debugging: a call counter
-(``self.calls``) that steers a periodic check, so every call changes a Python value the graph
-depends on and Dynamo recompiles; and the check itself, an ``.item()`` and a ``print`` that break
-the graph. The learner's ``FastGPT`` must compile with ``fullgraph=True``, compile once over
-repeated calls, match the outputs and reach the speed target over eager ``TinyGPT``.
+sequences of any length up to ``SEQ``. Its ``forward`` carries two habits from eager-mode
+debugging: a call counter (``self.calls``) that steers a periodic check, so every call changes a
+Python value the graph depends on and Dynamo recompiles; and the check itself, an ``.item()`` and
+a ``print`` that break the graph. The learner's ``FastGPT`` must compile with ``fullgraph=True``,
+compile **once** over a stream of requests whose prompt lengths vary (16 to 64 tokens), match the
+outputs and reach the speed target over eager ``TinyGPT``.
+
+Deleting the two habits is not enough: with the default ``dynamic=None`` Dynamo compiles the first
+length it sees as a constant and compiles again, dynamic, at the second (automatic dynamic shapes,
+chapter 6). The learner chooses how the grader compiles ``FastGPT`` with the class attribute
+``compile_dynamic`` (``None``, ``True`` or ``False``), and the graph Dynamo captures must serve
+every length: the judge runs it on each of them.
 """
 import math
 
@@ -15,10 +22,12 @@ from torch import nn
 from grader.problems import Problem, TestCell
 from grader.checks.targets import SpeedTarget
 
-__all__ = ["TinyGPT", "Block", "make_inputs", "example_inputs", "torch", "nn",
-           "math", "VOCAB", "DIM", "HEADS", "LAYERS", "SEQ"]
+__all__ = ["TinyGPT", "Block", "make_inputs", "make_prompts", "example_inputs", "torch", "nn",
+           "math", "VOCAB", "DIM", "HEADS", "LAYERS", "SEQ", "MIN_PROMPT", "PROMPT_LENGTHS"]
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 512, 128, 4, 1, 64, 4
+MIN_PROMPT = 16
+DYNAMIC_CHOICES = (None, True, False)
 
 
 class Block(nn.Module):
@@ -77,18 +86,36 @@ class TinyGPT(nn.Module):
 
 
 def make_inputs(gen: torch.Generator, device: str = "cpu") -> tuple:
-    """A batch of ``BATCH`` token sequences of length ``SEQ``."""
+    """A batch of ``BATCH`` token sequences of ``SEQ`` tokens (the timed shape)."""
     return (torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen).to(device),)
+
+
+def make_prompts(gen: torch.Generator, device: str = "cpu") -> tuple:
+    """A batch of ``BATCH`` prompts of a length drawn from ``MIN_PROMPT``..``SEQ``."""
+    length = int(torch.randint(MIN_PROMPT, SEQ + 1, (), generator=gen))
+    return (torch.randint(0, VOCAB, (BATCH, length), generator=gen).to(device),)
 
 
 def example_inputs(seed: int = 0, device: str = "cpu") -> tuple:
     return make_inputs(torch.Generator().manual_seed(seed), device)
 
 
+PROMPT_LENGTHS = (64, 48, 32, 57, 16, 40)
+
+
 def repeated_calls(device: str = "cpu") -> list[tuple]:
-    """Six inference steps at the same shape, new tokens each time."""
+    """Six requests, new tokens each time, with prompts of six lengths."""
     gen = torch.Generator().manual_seed(11)
-    return [make_inputs(gen, device) for _ in range(6)]
+    return [(torch.randint(0, VOCAB, (BATCH, n), generator=gen).to(device),)
+            for n in PROMPT_LENGTHS]
+
+
+def _chosen_dynamic(entry) -> dict:
+    """The learner's (or the reference's) choice: the class attribute ``compile_dynamic``."""
+    dynamic = getattr(entry, "compile_dynamic", None)
+    if dynamic not in DYNAMIC_CHOICES:
+        raise ValueError(f"compile_dynamic must be one of {DYNAMIC_CHOICES}, got {dynamic!r}")
+    return {"dynamic": dynamic}
 
 
 HINTS = {
@@ -97,9 +124,10 @@ HINTS = {
     "fullgraph": "the debug check breaks the graph (`.item()` and `print`): drop it from forward "
                  "(check activations outside the compiled step if you need to).",
     "breaks": "every break listed above still splits the graph.",
-    "recompiles": "`self.calls` is a Python int the graph depends on: each call changes it, and "
-                  "Dynamo recompiles. Remove the counter from forward (count outside the model, "
-                  "or keep it in a tensor buffer).",
+    "recompiles": "read the recompile report: a Python value the graph depends on (`self.calls` "
+                  "changes every call), or a prompt length baked into the graph (chapter 6: with "
+                  "`dynamic=None` the first length compiles as a constant; set the class "
+                  "attribute `compile_dynamic` to say how the grader compiles FastGPT).",
     "speed": "one graph lets Inductor fuse the softmax, GELU and layer norms around the matmuls; "
              "make sure forward does no extra work.",
 }
@@ -111,14 +139,22 @@ PROBLEMS = {
         solution_grade_id="ps4-q1-solution",
         checks=("correctness", "fullgraph", "breaks", "recompiles", "speed"),
         baseline_compile=None, learner_compile={"fullgraph": True},
+        compile_options=_chosen_dynamic, choices={"dynamic": DYNAMIC_CHOICES},
         recompile_inputs=repeated_calls, max_compiles=1,
         target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
         budget_s=15.0, hints=HINTS),
+    # Hidden test: prompts of other lengths.
+    "ps4.q1lengths": Problem(
+        key="ps4.q1lengths", title="a fast inference step (prompts of every length)",
+        entry="FastGPT", make_baseline=lambda device: TinyGPT().to(device).eval(),
+        make_inputs=make_prompts, solution_grade_id="ps4-q1-solution", checks=("correctness",),
+        compile_options=_chosen_dynamic, choices={"dynamic": DYNAMIC_CHOICES}, hints=HINTS),
 }
 
 # How each autograded test cell of ps4.ipynb earns its points (grade_id -> checks).
 TEST_CELLS = [
-    TestCell("ps4-q1-correctness", 2, requires=(("ps4.q1", "correctness"),)),
+    TestCell("ps4-q1-correctness", 2,
+             requires=(("ps4.q1", "correctness"), ("ps4.q1lengths", "correctness"))),
     TestCell("ps4-q1-fullgraph", 2, requires=(("ps4.q1", "fullgraph"), ("ps4.q1", "breaks"))),
     TestCell("ps4-q1-recompiles", 2, requires=(("ps4.q1", "recompiles"),)),
     TestCell("ps4-q1-speed", 4, requires=(("ps4.q1", "correctness"),), scored=("ps4.q1", "speed")),
