@@ -1,8 +1,16 @@
 """nbgrader configuration: the repository root is the course directory."""
+import os
+
 c = get_config()  # noqa: F821  (provided by nbgrader)
 
 c.CourseDirectory.root = "."
 c.CourseDirectory.course_id = "torch-compile"
+# The exchange folder of `nbgrader release_assignment` / `collect` on a JupyterHub
+# (docs/jupyterhub.md): COURSE_EXCHANGE when set, else nbgrader's own default. Set the same value
+# for the students (release/nbgrader_config.py reads the same variable). nbgrader reads this file
+# (from the current folder) after /etc/jupyter/nbgrader_config.py, so this line wins over a
+# c.Exchange.root set there: set COURSE_EXCHANGE in the server's environment instead.
+c.Exchange.root = os.environ.get("COURSE_EXCHANGE") or "/usr/local/share/nbgrader/exchange"
 # Compiling is slow on a first call: give each cell far more than nbgrader's 30 s default.
 c.ExecutePreprocessor.timeout = 600
 # --- Autograde: nbgrader's default steps, in its order, with two of ours --------------------

@@ -9,6 +9,7 @@ that runs the grader calls one of these verbs; ``VERB --help`` describes each.
     python -m grader.cli gradescope ASSIGNMENT        the Gradescope autograder zip of a problem set
     python -m grader.cli bench [--calibrate] ...      grader and workload figures (make bench, gpu-check)
     python -m grader.cli bench-grade ...              seconds per submission, local and Ray (make bench-grade)
+    python -m grader.cli bench-gradescope ...         Gradescope's run_autograder: peak memory, wall time
     python -m grader.cli gpu-check-chapters ...       every chapter at full size on CUDA (make gpu-check)
 """
 from __future__ import annotations
@@ -51,7 +52,8 @@ def _canvas(args) -> int:
     from grader.cohort.export import write_canvas_csv
 
     export = write_canvas_csv(args.course, args.out or os.path.join(args.course, "reports", "canvas.csv"),
-                              roster=args.roster)
+                              roster=args.roster, assignment_map=args.assignments_map,
+                              per_question=args.per_question)
     for warning in export.warnings:
         print(f"warning: {warning}")
     print(f"{export.path}: {len(export.rows) - 1} students (Canvas: Grades > Import)")
@@ -63,7 +65,8 @@ def _gradescope(args) -> int:
 
     return gradescope_main(["build", args.assignment]
                            + (["--out", args.out] if args.out else [])
-                           + (["--torch-pins", args.torch_pins] if args.torch_pins else []))
+                           + (["--torch-pins", args.torch_pins] if args.torch_pins else [])
+                           + (["--timeout-s", str(args.timeout_s)] if args.timeout_s else []))
 
 
 # Verbs whose module has a command line of its own (options, defaults and --help live there):
@@ -73,6 +76,8 @@ DELEGATED = {
     "bench": ("grader.tools.bench", "grader and workload figures for this machine; --calibrate writes "
                               "self-check floors"),
     "bench-grade": ("grader.tools.bench_grade", "where a submission's seconds go, local workers and Ray"),
+    "bench-gradescope": ("grader.tools.bench_gradescope", "peak memory and wall time of the Gradescope "
+                                                        "run_autograder per problem set"),
     "gpu-check-chapters": ("grader.tools.gpu_check_chapters", "every chapter at full size on CUDA, "
                                                         "with the claims it measured"),
 }
@@ -98,12 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--course", default=".", help="the nbgrader course folder (with gradebook.db)")
     p.add_argument("--roster", default=None, help="Canvas's gradebook export (Grades > Export)")
     p.add_argument("--out", default=None, help="default: COURSE/reports/canvas.csv")
+    p.add_argument("--assignments-map", default=None,
+                   help="CSV nbgrader,canvas: nbgrader's assignment names to Canvas's (default: "
+                        "COURSE/canvas-assignments.csv, when there is one)")
+    p.add_argument("--per-question", action="store_true",
+                   help="a read-only column per graded cell after each assignment")
     p.set_defaults(func=_canvas)
     p = sub.add_parser("gradescope", help="build the Gradescope autograder zip of a problem set")
     p.add_argument("assignment", help="e.g. ps2")
     p.add_argument("--out", default=None, help="default: build/gradescope/ASSIGNMENT-autograder.zip")
     p.add_argument("--torch-pins", default=None,
                    help="what the zip's setup.sh installs for torch (default: this environment's)")
+    p.add_argument("--timeout-s", type=float, default=None,
+                   help="the assignment's time limit on Gradescope (default: Gradescope's, 600 s)")
     p.set_defaults(func=_gradescope)
     for verb, (module, text) in DELEGATED.items():
         # add_help=False: `VERB --help` reaches the module's own parser, which knows the options.

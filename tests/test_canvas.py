@@ -195,3 +195,102 @@ def test_make_grade_reads_canvas_roster_csv_in_the_course_folder_as_the_demo_doe
         "doejohn": ("100001", "Student, Doejohn", 2.0),
         "leeann": ("100002", "Student, Leeann", 10.0),
         "smithjane": ("100003", "Student, Smithjane", 8.5)}
+
+
+# ---------------------------------------------------------------------------------------------
+# What Canvas's importer (lib/gradebook_importer.rb) does with blanks and assignment titles
+
+def _roster_with_scores(tmp_path, column="ps2 (987)") -> str:
+    """Canvas's export with current scores: Who Nobody (wnobody) already has 7 in Canvas."""
+    path = str(tmp_path / "canvas-export-scores.csv")
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", column,
+                    "Current Score"])
+        w.writerow(["    Points Possible", "", "", "", "", "10", "(read only)"])
+        w.writerow(["Smith, Jane", "12345", "S001", "jsmith", "Section A", "5", ""])
+        w.writerow(["Nobody, Who", "45678", "S004", "wnobody", "Section B", "7", ""])
+        w.writerow(["Park, Kim", "56789", "S005", "kpark", "Section B", "", ""])
+    return path
+
+
+def _add_students(folder, *names):
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + os.path.join(folder, "gradebook.db")) as gb:
+        for name in names:
+            gb.update_or_create_student(name)
+
+
+def test_a_student_without_a_submission_keeps_their_current_canvas_score(tmp_path):
+    folder = _course(tmp_path)
+    _add_students(folder, "wnobody", "kpark")     # registered, nothing submitted
+    export = write_canvas_csv(folder, str(tmp_path / "canvas.csv"),
+                              roster=_roster_with_scores(tmp_path))
+    _, _, students = canvas_import(export.path)
+    # Canvas has 7 for Who Nobody: the file says 7 (unchanged), never a blank over it.
+    assert students["45678"]["ps2 (987)"] == "7"
+    assert students["56789"]["ps2 (987)"] == ""       # blank in Canvas too: no change
+    assert float(students["12345"]["ps2 (987)"]) == 8.5   # a graded submission replaces 5
+    assert any("keep their current Canvas value" in w for w in export.warnings)
+    # The registered student outside the roster still gets a blank, and a warning that says so.
+    assert students["nobody"]["ps2 (987)"] == ""
+    assert any("1 blank cell(s)" in w and "not in the roster" in w for w in export.warnings), \
+        export.warnings
+
+
+def test_without_a_roster_the_blank_cells_are_counted_and_explained(tmp_path):
+    folder = _course(tmp_path)
+    _add_students(folder, "wnobody")
+    export = write_canvas_csv(folder, str(tmp_path / "canvas.csv"))
+    warning = next(w for w in export.warnings if "blank cell(s)" in w)
+    assert warning.startswith("ps2: 2 blank cell(s)")      # nobody and wnobody
+    assert "no roster" in warning and "no_change_to_value?" in warning
+    assert "canvas-roster.csv" in warning
+
+
+def test_an_assignment_without_a_roster_column_is_named_and_can_be_mapped(tmp_path):
+    from grader.cohort.grade import Run, export_canvas
+
+    folder = _course(tmp_path)
+    roster = _roster_with_scores(tmp_path, column="PS 2 (987)")   # Canvas calls it "PS 2"
+    export = write_canvas_csv(folder, str(tmp_path / "canvas.csv"), roster=roster)
+    assert export.header[-1] == "ps2"                # would create a new assignment "ps2"
+    warning = next(w for w in export.warnings if "no such assignment column" in w)
+    assert "only published assignments" in warning and "canvas-assignments.csv" in warning
+    # The instructor maps it, in the course folder: make grade's step and the canvas command read it.
+    with open(os.path.join(folder, "canvas-assignments.csv"), "w") as fh:
+        fh.write("nbgrader,canvas\nps2,PS 2\n")
+    run = Run(course=folder, assignments=[ASSIGNMENT], report_dir=os.path.join(folder, "reports"),
+              roster=roster)
+    export_canvas(run)
+    assignments, points, students = canvas_import(run.canvas_path)
+    assert assignments == ["PS 2 (987)"] and points == {"PS 2 (987)": 10.0}
+    assert float(students["12345"]["PS 2 (987)"]) == 8.5
+    import subprocess
+    import sys
+
+    out = str(tmp_path / "cli.csv")
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "canvas", "--course", folder,
+                           "--roster", roster, "--out", out], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "no such assignment column" not in proc.stdout
+    assert canvas_import(out)[0] == ["PS 2 (987)"]
+
+
+def test_per_question_columns_are_read_only_for_canvas(tmp_path):
+    folder = _course(tmp_path)
+    export = write_canvas_csv(folder, str(tmp_path / "canvas.csv"), per_question=True)
+    with open(export.path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    header, points = rows[0], rows[1]
+    questions = [f"{ASSIGNMENT}: {cell}" for cell in CELLS]
+    assert sorted(header[len(IDENTITY_COLUMNS) + 1:]) == sorted(questions)
+    for q in questions:                              # Canvas's import skips read-only columns
+        assert points[header.index(q)] == "(read only)"
+    jane = next(r for r in rows if r[1] == "12345")
+    assert {q: float(jane[header.index(q)]) for q in questions} == {
+        f"{ASSIGNMENT}: ps2-q1-correctness": 3.0, f"{ASSIGNMENT}: ps2-q1-fusion": 4.0,
+        f"{ASSIGNMENT}: ps2-q1-speed": 1.5}
+    assert float(jane[header.index(ASSIGNMENT)]) == 8.5

@@ -30,6 +30,7 @@ EXPECTED = {
     "06_dynamic_shapes.ipynb": ("ch6", 1, 16),
     "07_training.ipynb": ("ch7", 1, 8),
     "08_compile_time_debugging.ipynb": ("ch8", 1, 14),
+    "09_debugging.ipynb": ("ch9", 2, 18),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
 # work on a few chapters without executing them all); unset, every chapter runs.
@@ -297,3 +298,39 @@ def test_shape_sweep_counts_compiles_per_strategy():
     assert sweep["extra_compiles"] == {"static": 0, "dynamic": 0}
     assert set(sweep["per_call_s"]) == {"eager", "static", "dynamic"}
     assert all(len(v) == 3 for v in sweep["per_call_s"].values())
+
+
+def test_chapter9_bisects_minifies_and_measures(executed):
+    rows = _rows(executed, "09_debugging.ipynb", "ch9")
+    # section 1: normal differences are of the dtype's size, about as large as eager's own error
+    for dtype in ("float32", "bfloat16", "float16"):
+        assert rows[f"compiled vs eager, over eager vs float64, {dtype}"] < 10, dtype
+    assert rows["max |compiled - eager| / max |output|, float32"] < 1e-5
+    # the planted bug: only inductor differs, and by the whole residual
+    assert rows["ErrorFeedback: backends that match eager before the first that differs"] == 3
+    assert rows["ErrorFeedback compiled: residual lost, max difference / max residual"] > 0.5
+    text = _stream_text(executed["09_debugging.ipynb"][0])
+    from grader.checks._torch_internals import has_compiler_bisector, torch_at_least
+
+    if has_compiler_bisector():
+        assert "result: {'backend': 'inductor'" in text
+    if torch_at_least(2, 14):
+        assert "'subsystem': 'inductor_emulate_precision_casts'" in text
+        assert rows["ErrorFeedback compiled with emulate_precision_casts: residual difference"] == 0
+    # section 2: the minifier shrinks the failing graph to the relu, and repro.py fails the same way
+    assert rows["minifier (after dynamo): operators in repro.py"] == 1
+    assert rows["minifier (after dynamo): operators in the failing graph"] > 5
+    assert "relu = torch.relu(" in text and "python repro.py: exit status 1, ReluCompileError" in text
+    # section 3: the fallback hint on a CPU, recompiles up to the limit, the profiler's rows
+    assert rows["perf_hints: fallback kernels reported for cumsum"] == 1
+    assert "Using FallbackKernel: torch.ops.aten.cumsum" in text
+    assert rows["compiles over 10 calls: a Python int counter"] == 8
+    assert rows["compiles over 10 calls: the counter in a tensor buffer"] == 1
+    assert "self.calls ==" in text
+    assert "Torch-Compiled Region" in text and "CompiledFxGraph" in text and "cpp_fused" in text
+    assert rows["profiled compiled step: share of CPU time in generated kernels"] > 0
+    assert "GPU-only: CUDA-graph skips and their memory" in text
+    assert "GPU-only: TF32's share of the float32 differences" in text
+    # section 4: compiled autograd captures the backward whole, with eager's gradients
+    assert rows["compiled autograd: backward graphs captured at the first step"] == 1
+    assert "gradients as eager's: True" in text and "gradients as eager's: False" not in text

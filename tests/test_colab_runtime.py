@@ -317,3 +317,55 @@ def test_chapter_runs_and_plots(runtime):
             and "image/png" in o.get("data", {})]
     assert len(pngs) >= 2, f"{len(pngs)} plots"
     assert any("COURSE_SIZE=ci" in _stream(c) for c in nb.cells if c.cell_type == "code")
+
+
+# ---------------------------------------------------------------------------------------------
+# An old Colab runtime (torch < 2.8): the setup cell stops before pip replaces anything
+
+def _fake_runtime(base: str, versions: dict) -> str:
+    """A venv whose only distributions are metadata saying which torch, torchvision and
+    torchaudio it has (nothing importable: the cell must decide before importing torch)."""
+    venv = os.path.join(base, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    for name, version in versions.items():
+        info = os.path.join(site, f"{name}-{version}.dist-info")
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as fh:
+            fh.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return python
+
+
+def _run_setup_cell(python: str, base: str) -> subprocess.CompletedProcess:
+    from grader.course.colab import INSTALL_CELL
+
+    # The install source does not exist: if the cell reached pip, pip would fail on it.
+    env = {"PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1",
+           "COURSE_PIP_SOURCE": os.path.join(base, "no-such-checkout")}
+    return subprocess.run([python, "-c", INSTALL_CELL], capture_output=True, text=True, env=env,
+                          cwd=base, timeout=120)
+
+
+def test_an_old_runtime_is_told_what_to_do_before_anything_is_installed(tmp_path):
+    python = _fake_runtime(str(tmp_path), {"torch": "2.6.0+cu124", "torchvision": "0.21.0+cu124",
+                                           "torchaudio": "2.6.0+cu124"})
+    proc = _run_setup_cell(python, str(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "This runtime has torch 2.6.0+cu124 (torchvision 0.21.0+cu124, torchaudio 2.6.0+cu124)" in out
+    assert "the course needs torch 2.8 or newer" in out and "Nothing was installed" in out
+    assert "%pip install -q 'torch>=2.8' torchvision torchaudio" in out
+    assert "restart the session" in out
+    assert "stopped before installing anything" in out
+    assert "CalledProcessError" not in out and "no-such-checkout" not in out   # pip never ran
+
+
+def test_a_runtime_with_a_supported_torch_goes_on_to_install(tmp_path):
+    python = _fake_runtime(str(tmp_path), {"torch": "2.8.0", "torchvision": "0.23.0"})
+    proc = _run_setup_cell(python, str(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert "This runtime has torch" not in out
+    # It reached pip (which this fake runtime does not even have, or which fails on the source).
+    assert proc.returncode != 0 and ("No module named pip" in out or "no-such-checkout" in out), out

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import re
 import subprocess
 import sys
 import zipfile
@@ -111,7 +112,8 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
         config = json.loads(zf.read("course/gradescope.json"))
     assert setup.startswith("#!/usr/bin/env bash")
     assert "torch==2.6.0 torchvision==0.21.0" in setup and "pip install -q ./course" in setup
-    assert config == {"assignment": ASSIGNMENT}
+    assert config == {"assignment": ASSIGNMENT, "deadline_s": 540}   # Gradescope's 600 s less 60
+    assert "README.md" in names
     assert {"course/pyproject.toml", "course/grader/cohort/pipeline.py", "course/grader/isolation/judge.py",
             f"course/grader/problems/{ASSIGNMENT}.py",
             f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"} <= names
@@ -189,3 +191,241 @@ def test_the_submitted_notebook_is_found_by_name_or_alone(tmp_path):
         find_submission_notebook(str(tmp_path / "sub"), "ps2.ipynb")
     (tmp_path / "sub" / "ps2.ipynb").write_text("{}")
     assert find_submission_notebook(str(tmp_path / "sub"), "ps2.ipynb").endswith("/ps2.ipynb")
+
+
+# ---------------------------------------------------------------------------------------------
+# setup.sh: the base image it needs, and torch from PyTorch's CPU index only
+
+def _pip_install_lines(setup: str) -> list[str]:
+    return [line for line in setup.splitlines() if " install " in line and "pip" in line]
+
+
+def test_setup_sh_installs_torch_from_the_cpu_index_only(autograder_zip):
+    import shlex
+
+    from grader.cohort.gradescope import TORCH_INDEX
+
+    with zipfile.ZipFile(autograder_zip) as zf:
+        setup = zf.read("setup.sh").decode()
+    torch_lines = [line for line in _pip_install_lines(setup) if "torch==" in line]
+    assert len(torch_lines) == 1, torch_lines
+    words = shlex.split(torch_lines[0])
+    assert TORCH_INDEX == "https://download.pytorch.org/whl/cpu"
+    # Only PyTorch's CPU index: no extra index, no find-links, no PIP_* variable or pip.conf
+    # that could add one (--isolated; PIP_CONFIG_FILE=/dev/null skips every config file).
+    assert words[words.index("--index-url") + 1] == TORCH_INDEX
+    assert not [w for w in words if w.startswith(("--extra-index-url", "-f", "--find-links",
+                                                  "-i", "--trusted-host"))]
+    assert "--isolated" in words and words[0] == "PIP_CONFIG_FILE=/dev/null"
+    assert "torch==2.6.0" in words and "torchvision==0.21.0" in words
+    # What it installed is printed, and a CUDA build stops setup.sh (set -e).
+    assert "set -euxo pipefail" in setup
+    assert "assert torch.version.cuda is None" in setup and "installed torch" in setup
+    # The course's own install comes after: torch is then already satisfied.
+    lines = setup.splitlines()
+    assert lines.index(torch_lines[0]) < next(i for i, l in enumerate(lines) if "./course" in l)
+
+
+def _base_image_check(setup: str) -> str:
+    block = setup.split("<<'CHECK'\n", 1)[1].split("\nCHECK\n", 1)[0]
+    return block
+
+
+def test_setup_sh_stops_clearly_on_a_base_image_too_old_for_torch(autograder_zip):
+    with zipfile.ZipFile(autograder_zip) as zf:
+        setup = zf.read("setup.sh").decode()
+    check = _base_image_check(setup)
+    assert check.index("need_py") < setup.index("pip install")  # checked before any install
+    ok = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert ok.returncode == 0 and "fine" in ok.stdout, ok.stderr
+    # An image with an older Python or glibc than needed (here: needs raised past this one's).
+    for old, new in (("need_py, need_glibc = (3, 10)", "need_py, need_glibc = (9, 0)"),
+                     ("(2, 28)\n", "(99, 0)\n")):
+        assert old in check, old
+        proc = subprocess.run([sys.executable, "-c", check.replace(old, new)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 1, proc.stdout
+        assert "choose a newer Ubuntu base image" in proc.stderr, proc.stderr
+
+
+def test_the_base_image_minimums_cover_this_torchs_wheels():
+    """MIN_PYTHON and MIN_GLIBC of setup.sh against the torch installed here: its wheel's
+    manylinux tag and its Requires-Python."""
+    from importlib.metadata import distribution
+
+    from grader.cohort.gradescope import MIN_GLIBC, MIN_PYTHON
+
+    dist = distribution("torch")
+    tags = [line.split(":", 1)[1].strip() for line in (dist.read_text("WHEEL") or "").splitlines()
+            if line.startswith("Tag:")]
+    glibcs = [tuple(int(x) for x in re.search(r"manylinux_(\d+)_(\d+)", t).groups())
+              for t in tags if "manylinux_" in t]
+    if not glibcs:
+        pytest.skip(f"torch here is not a manylinux wheel: {tags}")
+    assert max(glibcs) <= MIN_GLIBC, (tags, MIN_GLIBC)
+    requires = dist.metadata["Requires-Python"] or ""
+    m = re.search(r">=\s*(\d+)\.(\d+)", requires)
+    assert m and (int(m.group(1)), int(m.group(2))) <= MIN_PYTHON, requires
+
+
+# ---------------------------------------------------------------------------------------------
+# results.json when grading does not finish: written at the start, per group, on SIGTERM, at the
+# deadline and on an unexpected error
+
+def _partial(cells: dict):
+    from grader.cohort.pipeline import PipelineResult
+
+    return PipelineResult(ASSIGNMENT, {}, cells, {}, "none")
+
+
+GRADED = {"ps2-q1-correctness": {"grade_id": "ps2-q1-correctness", "points": 3.0,
+                                 "max_points": 3.0, "text": "[PASS] correct on 3 inputs",
+                                 "failure": ""}}
+
+
+@pytest.fixture
+def tree(autograder_zip, tmp_path):
+    root = _autograder_tree(autograder_zip, tmp_path)
+    with open(os.path.join(root, "submission", f"{ASSIGNMENT}.ipynb"), "w") as fh:
+        fh.write(_full_solution())
+    return root
+
+
+def _read(root: str) -> dict:
+    with open(os.path.join(root, "results", "results.json")) as fh:
+        return json.load(fh)
+
+
+def _stopped_pipeline(seen: list, root: str, *, fail: Exception | None = None):
+    """A stand-in for grade_notebook: checks what results.json says before anything is graded,
+    reports one graded cell through ``progress``, then waits (to be stopped) or raises ``fail``."""
+    import time
+
+    def grade_notebook(notebook, assignment, course, *, progress=None, **kwargs):
+        seen.append(_read(root))                          # before any group finished
+        progress(_partial(GRADED))
+        seen.append(_read(root))                          # after the first group
+        if fail is not None:
+            raise fail
+        time.sleep(60)
+        raise AssertionError("not stopped")
+
+    return grade_notebook
+
+
+def _check_partial(results: dict, reason: str):
+    assert validate_results(results) == []
+    assert results["extra_data"]["finished"] is False
+    by_id = {t["name"].split(":", 1)[0]: t for t in results["tests"]}
+    assert by_id["ps2-q1-correctness"]["score"] == 3.0               # graded: kept
+    assert by_id["ps2-q1-correctness"]["output"].startswith("[PASS]")
+    for grade_id in ("ps2-q1-fusion", "ps2-q1-speed"):              # not graded: say why
+        assert by_id[grade_id]["score"] == 0.0
+        assert by_id[grade_id]["output"].startswith("not graded: "), by_id[grade_id]
+        assert reason in by_id[grade_id]["output"]
+    assert results["score"] == 3.0
+    assert "Grading did not finish (1 of 3 tests graded)" in results["output"]
+    assert reason in results["output"]
+
+
+def test_results_say_grading_did_not_finish_from_the_start_and_after_each_group(tree, monkeypatch):
+    import threading
+
+    import grader.cohort.pipeline as pipeline
+    from grader.cohort.gradescope import NOT_FINISHED, grade_submission
+
+    seen: list = []
+    monkeypatch.setattr(pipeline, "grade_notebook", _stopped_pipeline(seen, tree))
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), __import__("signal").SIGTERM))
+    timer.start()
+    try:
+        results = grade_submission(tree, sandbox="off", deadline_s=0)
+    finally:
+        timer.cancel()
+    first, after_group = seen
+    # Before anything is graded: every test at 0, saying grading did not finish, and why.
+    assert validate_results(first) == [] and first["score"] == 0
+    assert first["extra_data"]["finished"] is False
+    assert all(t["output"] == f"not graded: {NOT_FINISHED}" for t in first["tests"])
+    _check_partial(after_group, NOT_FINISHED)
+    # SIGTERM: the graded test keeps its points, the others say the autograder was stopped.
+    _check_partial(results, "the autograder was stopped (signal SIGTERM)")
+    assert _read(tree) == results
+
+
+def test_the_deadline_stops_grading_and_says_so(tree, monkeypatch):
+    import grader.cohort.pipeline as pipeline
+    from grader.cohort.gradescope import grade_submission
+
+    monkeypatch.setattr(pipeline, "grade_notebook", _stopped_pipeline([], tree))
+    results = grade_submission(tree, sandbox="off", deadline_s=4)
+    _check_partial(results, "the autograder's time budget of 4 s ran out")
+    assert _read(tree) == results
+
+
+def test_an_unexpected_error_of_the_grader_keeps_what_was_graded_and_says_why(tree, monkeypatch):
+    import grader.cohort.pipeline as pipeline
+    from grader.cohort.gradescope import grade_submission
+
+    monkeypatch.setattr(pipeline, "grade_notebook",
+                        _stopped_pipeline([], tree, fail=KeyError("judge reply without 'cells'")))
+    results = grade_submission(tree, sandbox="off", deadline_s=0)
+    _check_partial(results, "the grader failed (KeyError: \"judge reply without 'cells'\")")
+    assert "not a verdict on your code" in results["output"]
+
+
+def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree):
+    """The real run_autograder, sent SIGTERM while its judge grades (as a time limit would)."""
+    import signal
+    import time
+
+    env = dict(os.environ, AUTOGRADER_ROOT=tree, COURSE_AUTOGRADER_PYTHON=sys.executable,
+               COURSE_AUTOGRADER_SANDBOX="auto")
+    env.pop("PYTHONPATH", None)
+    env.pop("COURSE_ROOT", None)
+    proc = subprocess.Popen(["bash", os.path.join(tree, "run_autograder")], cwd=tree, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:                 # until grading has started
+        lines.append(line)
+        if line.startswith("grading "):
+            break
+    started = _read(tree)                    # already there: grading did not finish
+    assert validate_results(started) == [] and started["extra_data"]["finished"] is False
+    time.sleep(5)                            # the judge is at work
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    results = _read(tree)
+    assert validate_results(results) == []
+    assert results["extra_data"]["finished"] is False, "".join(lines) + out
+    assert "the autograder was stopped (signal SIGTERM)" in results["output"], results["output"]
+    assert all(t["output"].startswith("not graded: the autograder was stopped")
+               for t in results["tests"]), results["tests"]
+
+
+def test_run_autograder_writes_the_reason_when_the_grader_itself_breaks(tree):
+    """A broken grader (its judge module missing from the zip): an error nobody anticipated."""
+    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge.py"))
+    results, stdout = _run_autograder(tree)
+    assert validate_results(results) == []
+    assert results["score"] == 0 and results["extra_data"]["finished"] is False
+    assert "the grader failed (ModuleNotFoundError" in results["output"], results["output"]
+    assert "Traceback" in stdout                 # the traceback: for the instructor's eyes only
+
+
+def test_the_zips_readme_says_which_settings_to_raise_from_the_measurements(autograder_zip):
+    from grader.cohort.gradescope import measured, recommended_settings
+
+    with zipfile.ZipFile(autograder_zip) as zf:
+        readme = zf.read("README.md").decode()
+    assert "768 MB of memory, a 10-minute time limit" in readme and "half a virtual CPU" in readme
+    row = measured(ASSIGNMENT)
+    assert row, "grader/cohort/gradescope_measured.json has no figures for ps2"
+    rec = recommended_settings(row, ASSIGNMENT)
+    assert rec["memory_gb"] * 1024 >= 1.5 * row["peak_rss_mb"]          # headroom over the peak
+    assert rec["timeout_min"] * 60 >= rec["hang_s"] + row["wall_s"]      # even a hanging submission
+    assert f"**Memory: {rec['memory_gb']:g} GB**" in readme
+    assert f"**Time limit: {rec['timeout_min']} minutes.**" in readme
+    assert "**CPU: 1 vCPU**" in readme
+    assert f"Measured on {row['date']} with `{row['command']}`" in readme
+    assert "stops itself after 540 s" in readme            # the deadline it was built with

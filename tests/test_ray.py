@@ -128,3 +128,108 @@ def test_a_grading_task_lets_its_kernel_be_interrupted():
         assert ray.get(task.remote(True)) is False      # what grade_task's children get
     finally:
         executor.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions checked on every node, Ray Client (ray://), one core per task
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_every_node_is_checked_and_make_grade_runs_through_ray_client(tmp_path):
+    """A two-node cluster with Ray Client's server on the head: make grade from "elsewhere"
+    (RAY_ADDRESS=ray://HEAD:PORT) checks every node's Ray, Python, torch and grader code, then
+    grades through the client like a driver on a node."""
+    port = _free_port()
+    course = build_demo_course(REPO, ["ps2"], folder=str(tmp_path / "course"),
+                               cohort={"ada_full": "ada_full"})
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 1, "object_store_memory": 150 * 1024 ** 2,
+                                      "ray_client_server_port": port})
+    cluster.add_node(num_cpus=1, object_store_memory=150 * 1024 ** 2)
+    cluster.wait_for_nodes()
+    try:
+        executor = distributed.RayExecutor(f"ray://127.0.0.1:{port}")
+        try:
+            mine = distributed.node_report()
+            assert len(executor.nodes) == 2
+            for report in executor.nodes:   # nodes started from this venv: all the same
+                assert {k: report[k] for k in distributed.MUST_MATCH} == \
+                    {k: mine[k] for k in distributed.MUST_MATCH}
+            assert f"torch {mine['torch']}" in executor.describe()
+        finally:
+            executor.shutdown()
+        run = grade(course, ["ps2"], executor="ray", ray_address=f"ray://127.0.0.1:{port}",
+                    sandbox="auto")
+    finally:
+        cluster.shutdown()
+    assert [(o.submission.student, o.score, o.status) for o in run.outcomes] == \
+        [("ada_full", EXPECTED["ps2"]["ada_full"], "graded")]
+
+
+def test_a_node_that_differs_is_named_with_what_differs():
+    mine = distributed.node_report()
+    other = dict(mine, node="gpu-7", torch="2.8.0", grader="0123456789abcdef")
+    lines = distributed.mismatches(mine, [mine, other])
+    assert len(lines) == 1 and lines[0].startswith("node gpu-7")
+    assert f"torch 2.8.0 (driver: {mine['torch']})" in lines[0] and "grader 0123" in lines[0]
+    assert "ray " not in lines[0] and "python " not in lines[0]
+
+
+CLAIM = """
+import os, sys, time
+from grader.cohort import distributed
+core = distributed.claim_core(sys.argv[1])
+print(core, sorted(os.sched_getaffinity(0)), flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_each_task_process_holds_a_core_of_its_own_until_it_ends(tmp_path):
+    import sys
+
+    cores = sorted(os.sched_getaffinity(0))
+    locks = str(tmp_path / "locks")
+    holders = [subprocess.Popen([sys.executable, "-c", CLAIM, locks, "30"], stdout=subprocess.PIPE,
+                                text=True, cwd=REPO) for _ in cores]
+    try:
+        claimed = []
+        for p in holders:
+            core, affinity = p.stdout.readline().split(" ", 1)
+            claimed.append(int(core))
+            assert affinity.strip() == f"[{core}]"          # pinned: its children inherit it
+        assert sorted(claimed) == cores                     # one core each, none shared
+        extra = subprocess.run([sys.executable, "-c", CLAIM, locks, "0"], capture_output=True,
+                               text=True, cwd=REPO, timeout=60)
+        assert extra.stdout.split(" ", 1)[0] == "None"     # every core held: not pinned
+        holders[0].kill()                                   # a crash releases its core
+        holders[0].wait()
+        again = subprocess.run([sys.executable, "-c", CLAIM, locks, "0"], capture_output=True,
+                               text=True, cwd=REPO, timeout=60)
+        assert int(again.stdout.split(" ", 1)[0]) == claimed[0]
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+
+
+def test_a_gcs_address_from_outside_the_cluster_fails_with_the_ray_client_hint(monkeypatch):
+    """What ray.init raises there (measured on a local cluster, joined under another node IP:
+    ConnectionError "Failed to connect to Ray cluster at HOST:PORT", after about 60 s), stood in
+    for by a fake ray.init."""
+    import pytest
+    import ray
+
+    def refuse(address=None, **kwargs):
+        raise ConnectionError(f"Failed to connect to Ray cluster at {address}")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(RuntimeError, match=r"from any other machine connect through Ray Client: "
+                                           r"RAY_ADDRESS=ray://HEAD:10001"):
+        distributed.RayExecutor("10.1.2.3:6379")

@@ -614,3 +614,97 @@ def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> None
             if "data-dependent" in str(exc).lower() or "DataDependent" in type(exc).__name__:
                 raise DataDependent(str(exc).splitlines()[0])
             raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Debugging a wrong compile (chapter 9, ps7)
+
+def has_compiler_bisector() -> bool:
+    """Does this torch ship ``torch._inductor.compiler_bisector`` (torch 2.6 and later)?"""
+    try:
+        from torch._inductor.compiler_bisector import CompilerBisector  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compiler_bisector_stages() -> dict[str, list[str]]:
+    """What this torch's compiler bisector tries, in order: backend -> the names of the
+    subsystems it disables (or the config changes it tries) inside that backend."""
+    from torch._inductor.compiler_bisector import BACKENDS
+
+    return {backend: [s.name for s in subsystems] for backend, subsystems in BACKENDS.items()}
+
+
+def compiler_bisect(test: Callable[[], bool]) -> tuple[dict | None, str]:
+    """Run ``torch._inductor.compiler_bisector.CompilerBisector.do_bisect(test)``: ``test``
+    compiles and runs the code (a fresh compile each time) and returns True when the result is
+    right. The bisector first finds the first backend (``eager``, ``aot_eager``,
+    ``aot_eager_decomp_partition``, ``inductor``) whose result is wrong, then the subsystem of it
+    whose disabling (or the config change that) makes it right, then, for a subsystem applied
+    many times (lowerings, decompositions, passes), the first application that breaks it.
+
+    Returns ``(result, log)``: ``result`` is ``{"backend", "subsystem", "bisect_number",
+    "debug_info"}`` (``None`` when no backend reproduces a failure), ``log`` what the bisector
+    printed. Its state lives in a temporary folder for the call."""
+    import io
+    import contextlib as _cl
+
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    def fresh_test() -> bool:
+        dynamo_reset()
+        return bool(test())
+
+    out = io.StringIO()
+    with _cl.redirect_stdout(out):
+        result = CompilerBisector.do_bisect(fresh_test)
+    dynamo_reset()
+    if result is None:
+        return None, out.getvalue()
+    return ({"backend": result.backend, "subsystem": result.subsystem,
+             "bisect_number": result.bisect_number,
+             "debug_info": getattr(result, "debug_info", None)}, out.getvalue())
+
+
+def emulate_precision_casts(on: bool = True) -> contextlib.AbstractContextManager:
+    """Inductor's ``emulate_precision_casts`` inside the block: round low-precision (bf16, fp16)
+    intermediates as eager does instead of keeping them in float32 inside a fused kernel."""
+    return inductor_config_patch(emulate_precision_casts=on)
+
+
+def inject_inductor_relu_bug(kind: str = "compile_error") -> contextlib.AbstractContextManager:
+    """Inductor's own fault for testing the minifier: its C++ code generator breaks ``relu``
+    (``cpp.inject_relu_bug_TESTING_ONLY``: ``"compile_error"``, ``"runtime_error"`` or
+    ``"accuracy"``) inside the block. The minifier's launcher records the setting, so the
+    repro it writes fails the same way."""
+    return inductor_config_patch(**{"cpp.inject_relu_bug_TESTING_ONLY": kind})
+
+
+@contextlib.contextmanager
+def torch_logs(**options) -> Iterator[None]:
+    """``TORCH_LOGS`` for the block, from Python: ``torch._logging.set_logs(**options)``
+    (``recompiles=True``, ``perf_hints=True``, ``graph_breaks=True`` ...), reset afterwards."""
+    import torch._logging
+
+    torch._logging.set_logs(**options)
+    try:
+        yield
+    finally:
+        torch._logging.set_logs()
+
+
+def compiled_autograd_counters() -> dict[str, int]:
+    """Dynamo's counters of compiled autograd (``captures``, ``compiles``): how many backward
+    graphs it captured and compiled so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return {k: int(v) for k, v in counters["compiled_autograd"].items()}
+
+
+def cudagraph_skips() -> int:
+    """How many times Inductor has skipped CUDA graphs in this process (each time it logs
+    "skipping cudagraphs due to ..."; ``counters["inductor"]["cudagraph_skips"]``)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])

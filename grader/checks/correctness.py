@@ -29,13 +29,16 @@ def fresh_seeds(n: int) -> list[int]:
     return [secrets.randbits(31) for _ in range(n)]
 
 
-def compare_output(out, expected, what: str = "output") -> str | None:
-    """None when ``out`` matches ``expected``; otherwise what is wrong, in plain words."""
+def compare_output(out, expected, what: str = "output",
+                   tolerance: tuple[float, float] | None = None) -> str | None:
+    """None when ``out`` matches ``expected``; otherwise what is wrong, in plain words.
+    ``tolerance``: ``(rtol, atol)`` for floating-point tensors instead of the dtype's
+    (:data:`TOLERANCES`; a problem's stated tolerance, ``Problem.tolerance``)."""
     if isinstance(expected, (tuple, list)):
         if not isinstance(out, (tuple, list)) or len(out) != len(expected):
             return f"{what} should be a {type(expected).__name__} of {len(expected)} tensors, got {_kind(out)}"
         for i, (o, e) in enumerate(zip(out, expected)):
-            if (msg := compare_output(o, e, f"{what}[{i}]")) is not None:
+            if (msg := compare_output(o, e, f"{what}[{i}]", tolerance)) is not None:
                 return msg
         return None
     if isinstance(expected, dict):
@@ -43,7 +46,7 @@ def compare_output(out, expected, what: str = "output") -> str | None:
             keys = ", ".join(repr(k) for k in expected)
             return f"{what} should be a dict with keys {keys}, got {_kind(out)}"
         for key, e in expected.items():
-            if (msg := compare_output(out[key], e, f"{what}[{key!r}]")) is not None:
+            if (msg := compare_output(out[key], e, f"{what}[{key!r}]", tolerance)) is not None:
                 return msg
         return None
     if not isinstance(expected, torch.Tensor):
@@ -64,6 +67,8 @@ def compare_output(out, expected, what: str = "output") -> str | None:
     if out.device.type != expected.device.type:
         return f"{what} is on {out.device}, expected {expected.device}"
     rtol, atol = tolerances(expected.dtype)
+    if tolerance is not None and (expected.is_floating_point() or expected.is_complex()):
+        rtol, atol = (float(v) for v in tolerance)
     o, e = out.detach(), expected.detach()
     if not torch.allclose(o, e, rtol=rtol, atol=atol, equal_nan=True):
         diff = (o.double() - e.double()).abs()
@@ -142,7 +147,8 @@ class CorrectnessReport:
 
 def check_outputs(candidate: Callable, reference: Callable, make_inputs: Callable[[int], tuple],
                   seeds: Sequence[int] | None = None, n: int = 3,
-                  grad: bool = False) -> CorrectnessReport:
+                  grad: bool = False,
+                  tolerance: tuple[float, float] | None = None) -> CorrectnessReport:
     """Compare ``candidate(*make_inputs(seed))`` with ``reference(...)`` for fresh seeds.
 
     Inputs are built twice per seed so that a candidate that changes its inputs in place cannot
@@ -150,6 +156,7 @@ def check_outputs(candidate: Callable, reference: Callable, make_inputs: Callabl
     solution that overwrites the caller's tensors fails even when its output is right, unless
     the reference changes the same input too). ``grad``: run both with autograd enabled (a
     training step, which runs backward); by default they run under ``torch.no_grad()``.
+    ``tolerance``: ``(rtol, atol)`` instead of the dtype's (see :func:`compare_output`).
     """
     seeds = list(seeds) if seeds is not None else fresh_seeds(n)
     failures = []
@@ -172,7 +179,7 @@ def check_outputs(candidate: Callable, reference: Callable, make_inputs: Callabl
                                 or f"raised {type(exc).__name__}: {exc}")
                 break
         problems = []
-        if (msg := compare_output(out, expected)) is not None:
+        if (msg := compare_output(out, expected, tolerance=tolerance)) is not None:
             problems.append(msg)
         if changed := [name for name in _mutated(before) if name not in allowed]:
             problems.append(f"{_CHANGED}{', '.join(changed)} in place; a solution must leave its "

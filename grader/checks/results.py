@@ -53,6 +53,10 @@ REGISTRY: tuple[Check, ...] = (
     Check("fullgraph", "compiles with fullgraph=True"),
     Check("breaks", "no graph breaks"),
     Check("recompiles", "no recompiles"),
+    # The judge's own Inductor compile of the learner's graph against the original's eager
+    # outputs: what torch.compile makes of the code, where "correctness" checks the code run
+    # eagerly (ps7: code whose compiled result differs from its eager one).
+    Check("compiled", "compiled with Inductor, matches eager"),
     Check("fusion", "kernel count"),
     Check("speed", "speedup target"),
     Check("job", "total time for the job (compile + calls)"),

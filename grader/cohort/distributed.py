@@ -15,13 +15,36 @@ workers.
 A task whose worker process or node dies is run again by Ray (``max_retries``); its grade is
 merged once, when a try finishes. A submission that fails on every try is recorded with the
 reason, like a local failure.
+
+Where ``make grade`` runs, and the address it is given (``ray.init``'s ``address``):
+
+- on a node of the cluster (the head, usually): ``RAY_ADDRESS=HEAD:6379`` (the GCS address that
+  ``ray start --head`` prints); the driver uses that node's raylet;
+- anywhere else (a laptop, a CI machine): ``RAY_ADDRESS=ray://HEAD:10001``, Ray Client, whose
+  server ``ray start --head`` starts on port 10001 (``--ray-client-server-port``). A ``HOST:PORT``
+  address from a machine that is not a node fails, and the error says to use ``ray://``.
+
+Every node must run the same Ray, Python, torch and grader code as the driver (Ray itself refuses
+a driver or node whose Ray or Python version differs; torch and the grader it does not check):
+nodes start Ray from this course's venv (``.venv/bin/ray start``, after ``make setup`` at the same
+commit), and :meth:`RayExecutor.check_nodes` runs a tiny task on every node before grading and
+stops with the differences when one does not match.
+
+``num_cpus=1`` is only a scheduling label (Ray hands out no core ids): each task pins its own
+process, and so the judge, the subject and the notebook's kernel it starts, to one core of its
+node that no other grading task on the node holds (:func:`claim_core`: a lock file per core under
+``/tmp``, released when the task's process ends, even by a crash).
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+import platform
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 
 from grader.isolation.sandbox import pack_folder, unpack_folder
@@ -31,6 +54,86 @@ MAX_RETRIES = 2           # tries after a lost worker process or node, before th
 # What a task sends back from its grading copy (grader.cohort.grade._grade_one's folder).
 RESULT_PATHS = ("gradebook.db", "autograded", "pipeline.json", "pipeline.json.disagreements.json",
                 "autograde.log")
+
+
+CORE_LOCKS = os.path.join(tempfile.gettempdir(), "course-grader-cores")
+NODE_CHECK_TIMEOUT_S = 120
+_claimed: list = []   # this process's core lock (kept open: the lock lives as long as the fd)
+
+
+def claim_core(lock_dir: str = CORE_LOCKS) -> int | None:
+    """Pin this process (and what it starts from now on) to one core of those it may run on that
+    no other process holds, and hold it until the process ends: a lock file per core in
+    ``lock_dir``, taken with ``flock`` (the kernel releases it when the process dies, however it
+    dies). Returns the core, or None (and pins nothing) when every allowed core is held: more
+    tasks than cores on this node (its ``--num-cpus`` above its cores)."""
+    if _claimed:
+        return _claimed[0][0]
+    os.makedirs(lock_dir, mode=0o777, exist_ok=True)
+    allowed = os.sched_getaffinity(0)
+    for core in sorted(allowed):
+        fd = os.open(os.path.join(lock_dir, f"core-{core}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        os.sched_setaffinity(0, {core})
+        _claimed.append((core, fd, allowed))
+        return core
+    return None
+
+
+def release_core() -> None:
+    """Give back the core :func:`claim_core` took (a Ray worker process runs many tasks)."""
+    while _claimed:
+        _, fd, allowed = _claimed.pop()
+        os.sched_setaffinity(0, allowed)
+        os.close(fd)
+
+
+def grader_fingerprint() -> str:
+    """A hash of the grader package's source files: the same on every node that runs the same
+    commit."""
+    import grader
+
+    top = os.path.dirname(os.path.abspath(grader.__file__))
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".py", ".json")):
+                path = os.path.join(root, name)
+                digest.update(os.path.relpath(path, top).encode() + b"\0")
+                with open(path, "rb") as fh:
+                    digest.update(fh.read())
+    return digest.hexdigest()[:16]
+
+
+def node_report() -> dict:
+    """What must match between the driver and every node (and what helps to tell them apart)."""
+    import ray
+    import torch
+
+    return {"node": socket.gethostname(), "ray": ray.__version__,
+            "python": platform.python_version(), "torch": torch.__version__,
+            "grader": grader_fingerprint(), "python_executable": sys.executable,
+            "bwrap": bool(shutil.which("bwrap")), "cores": len(os.sched_getaffinity(0))}
+
+
+MUST_MATCH = ("ray", "python", "torch", "grader")
+
+
+def mismatches(driver: dict, nodes: list[dict]) -> list[str]:
+    """One line per node whose Ray, Python, torch or grader code differs from the driver's."""
+    out = []
+    for report in nodes:
+        diff = [f"{k} {report.get(k)} (driver: {driver.get(k)})" for k in MUST_MATCH
+                if report.get(k) != driver.get(k)]
+        if diff:
+            out.append(f"node {report.get('node')} ({report.get('python_executable')}): "
+                       + ", ".join(diff))
+    return out
 
 
 def stage(course: str, assignment: str, student: str) -> bytes:
@@ -52,6 +155,7 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
     tmp = None
     node = socket.gethostname()
     blocked = unblock_sigint()
+    core = claim_core()
     try:
         unpack_folder(payload, course)
         try:
@@ -72,8 +176,9 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
         finally:
             judge.close()
         return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": failure,
-                "seconds": seconds, "phases": phases, "node": node}
+                "seconds": seconds, "phases": phases, "node": node, "core": core}
     finally:
+        release_core()
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         shutil.rmtree(course, ignore_errors=True)
         if tmp:
@@ -107,6 +212,7 @@ def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
     from grader.cohort.grade import _gpu_count
 
     course = tempfile.mkdtemp(prefix=f"ray-prepare-{assignment}-")
+    claim_core()
     try:
         unpack_folder(payload, course)
         judge = _judge(course, None)
@@ -117,6 +223,7 @@ def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
             judge.close()
         return {"cache": pack_folder(os.path.join(course, "judge-cache")), "seconds": seconds}
     finally:
+        release_core()
         shutil.rmtree(course, ignore_errors=True)
 
 
@@ -135,8 +242,19 @@ class RayExecutor:
         self._print = builtins.print
         if not ray.is_initialized():
             # Without an address a local instance starts; RAY_ADDRESS is read by ray.init too.
-            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
-                     log_to_driver=False, include_dashboard=False)
+            address = address or os.environ.get("RAY_ADDRESS") or None
+            client = bool(address) and address.startswith("ray://")
+            try:
+                ray.init(address=address, log_to_driver=False,
+                         **({} if client else {"include_dashboard": False}))
+            except (ConnectionError, RuntimeError) as exc:
+                if not address or client or address in ("auto", "local"):
+                    raise
+                raise RuntimeError(
+                    f"could not join the Ray cluster at {address} ({exc}). A HOST:PORT address "
+                    f"works only on a machine that is itself a node of the cluster (ray start "
+                    f"--address=HOST:PORT); from any other machine connect through Ray Client: "
+                    f"RAY_ADDRESS=ray://HEAD:10001") from exc
         cluster_gpus = ray.cluster_resources().get("GPU", 0)
         self.gpus = (1 if cluster_gpus else 0) if gpus_per_submission is None else gpus_per_submission
         self._grade = ray.remote(grade_task).options(
@@ -145,6 +263,32 @@ class RayExecutor:
         self._prepare = ray.remote(prepare_task).options(
             num_cpus=CPUS_PER_SUBMISSION, num_gpus=self.gpus, max_retries=MAX_RETRIES)
         self.pending: dict = {}
+        self.nodes = self.check_nodes()
+
+    def check_nodes(self) -> list[dict]:
+        """Run :func:`node_report` once on every alive node with CPUs (pinned to it) and compare
+        with this process's: raises ``RuntimeError`` naming each node whose Ray, Python, torch
+        or grader code differs. Returns the nodes' reports."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self.ray
+        report = ray.remote(node_report)
+        refs = [report.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                    node_id=n["NodeID"], soft=False)).remote()
+                for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")]
+        try:
+            reports = ray.get(refs, timeout=NODE_CHECK_TIMEOUT_S)
+        except Exception as exc:  # a node that cannot even import the grader fails here
+            raise RuntimeError(f"checking the Ray nodes failed ({type(exc).__name__}: "
+                               f"{str(exc)[:500]}): every node must start Ray from this course's "
+                               f"venv (.venv/bin/ray start ... after make setup)") from exc
+        bad = mismatches(node_report(), reports)
+        if bad:
+            raise RuntimeError(
+                "Ray nodes that do not match this machine (start Ray on every node from this "
+                "course's venv, .venv/bin/ray start, after make setup at the same commit):\n  "
+                + "\n  ".join(bad))
+        return reports
 
     def shutdown(self) -> None:
         """Disconnect (and stop the local instance if this process started it)."""
@@ -156,9 +300,12 @@ class RayExecutor:
     def describe(self) -> str:
         resources = self.ray.cluster_resources()
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        versions = (f"; every node runs Ray {self.nodes[0]['ray']}, Python "
+                    f"{self.nodes[0]['python']}, torch {self.nodes[0]['torch']}" if self.nodes else "")
         return (f"Ray: {len(nodes)} node(s), {resources.get('CPU', 0):g} CPUs, "
                 f"{resources.get('GPU', 0):g} GPUs; each submission a task with "
-                f"{CPUS_PER_SUBMISSION} CPU" + (f" and {self.gpus:g} GPU" if self.gpus else ""))
+                f"{CPUS_PER_SUBMISSION} CPU" + (f" and {self.gpus:g} GPU" if self.gpus else "")
+                + " (pinned to a free core of its node)" + versions)
 
     def prepare(self, course: str, assignment: str, options: dict) -> dict:
         payload = pack_folder(course, ["nbgrader_config.py", os.path.join("source", assignment)])

@@ -112,6 +112,9 @@ class Run:
     report_path: str = ""
     csv_path: str = ""
     roster: str = ""         # Canvas's gradebook export: names, sections, assignment ids
+    canvas_assignments: str = ""   # nbgrader -> Canvas assignment names (default: the course's
+                                   # canvas-assignments.csv, when there is one)
+    canvas_per_question: bool = False   # read-only per-question columns in reports/canvas.csv
     canvas_path: str = ""
     started: float = dataclasses.field(default_factory=time.monotonic)
 
@@ -715,12 +718,15 @@ def export_canvas(run: Run) -> None:
     """The gradebook as Canvas imports it (``reports/canvas.csv``, :mod:`grader.cohort.export`):
     students by Canvas user id, one column per assignment, with a Points Possible row. The
     roster is ``run.roster``, else ``canvas-roster.csv`` in the course folder when there is one
-    (the demo cohort has one)."""
+    (the demo cohort has one); assignment names are mapped by ``run.canvas_assignments``, else
+    ``canvas-assignments.csv`` in the course folder when there is one."""
     from grader.cohort.export import write_canvas_csv
 
     roster = run.roster or os.path.join(run.course, DEFAULT_ROSTER)
     export = write_canvas_csv(run.course, os.path.join(run.report_dir, "canvas.csv"),
-                              roster=roster if os.path.exists(roster) else None)
+                              roster=roster if os.path.exists(roster) else None,
+                              assignment_map=run.canvas_assignments or None,
+                              per_question=run.canvas_per_question)
     run.canvas_path = export.path
     for warning in export.warnings:
         run.log(f"canvas.csv: {warning}")
@@ -826,6 +832,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="Canvas's gradebook export (Grades > Export), for names, sections "
                              "and assignment ids in reports/canvas.csv (default: "
                              f"{DEFAULT_ROSTER} in the course folder, when there is one)")
+    parser.add_argument("--canvas-assignments", default=None,
+                        help="CSV nbgrader,canvas mapping nbgrader's assignment names to Canvas's "
+                             "(default: canvas-assignments.csv in the course folder, when there is one)")
+    parser.add_argument("--canvas-per-question", action="store_true",
+                        help="add a read-only column per graded cell to reports/canvas.csv")
     parser.add_argument("--executor", choices=["local", "ray"], default="local",
                         help="local: --workers submissions at once on this machine; ray: each "
                              "submission a Ray task (one CPU, and one whole GPU on GPU nodes), "
@@ -847,7 +858,10 @@ def main(argv: list[str] | None = None) -> int:
                 sandbox=args.sandbox, regrade=args.regrade, executor=args.executor,
                 ray_address=args.ray_address,
                 demo_students=[x for x in args.demo_students.split(",") if x] or None,
-                roster=os.path.abspath(roster) if roster else "")
+                roster=os.path.abspath(roster) if roster else "",
+                canvas_assignments=(os.path.abspath(args.canvas_assignments)
+                                    if args.canvas_assignments else ""),
+                canvas_per_question=args.canvas_per_question)
     return exit_status(run)
 
 

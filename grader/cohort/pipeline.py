@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from typing import Callable
 
 from grader.checks.results import Status
 from grader.isolation.check import score_cell
@@ -102,14 +103,25 @@ def prepare_references(assignment: str, course: str, judge, *, device: str | Non
     return reply.get("prepared", {}) if isinstance(reply, dict) else {}
 
 
+def _scores(assignment: str, evaluations: dict) -> dict:
+    """Every test cell whose problems have all been evaluated, scored (grade_id -> CellScore as
+    a dict); the others are left out."""
+    return {grade_id: score_cell(cell, evaluations).to_dict()
+            for grade_id, cell in test_cells(assignment).items()
+            if all(key in evaluations for key in cell.problems)}
+
+
 def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str = "auto",
                    device: str | None = None, timeout_s: float | None = None,
-                   judge=None, isolation=None, screen: bool = True) -> PipelineResult:
+                   judge=None, isolation=None, screen: bool = True,
+                   progress: Callable[[PipelineResult], None] | None = None) -> PipelineResult:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
     ``judge``: a running :class:`grader.isolation.judge.JudgeProcess` (a grading run keeps one
     per worker; by default one is started for this notebook). ``screen``: only the grader's own
-    tests turn the static check off, to attack what stands behind it."""
+    tests turn the static check off, to attack what stands behind it. ``progress``: called after
+    each group of problems (one solution cell) with the result so far, in which only the test
+    cells whose problems are all graded appear (Gradescope's run_autograder writes it out)."""
     from grader.isolation import check, static_check
     from grader.isolation.judge import JudgeProcess
 
@@ -136,12 +148,14 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                 evaluations[key] = check.Evaluation(get_problem(key), results[key])
                 problems[key] = results[key]
                 sandbox_used = results[key].get("sandbox") or sandbox_used
+            if progress is not None:
+                progress(PipelineResult(assignment, dict(problems), _scores(assignment, evaluations),
+                                        dict(seconds), sandbox_used))
     finally:
         if own:
             judge.close()
-    scores = {grade_id: score_cell(cell, evaluations).to_dict()
-              for grade_id, cell in test_cells(assignment).items()}
-    return PipelineResult(assignment, problems, scores, seconds, sandbox_used)
+    return PipelineResult(assignment, problems, _scores(assignment, evaluations), seconds,
+                          sandbox_used)
 
 
 def declared_test_cells_problems(source_notebook: str, assignment: str) -> list[str]:

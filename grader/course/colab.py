@@ -20,11 +20,33 @@ PIP_SOURCE = f"git+{REPO_URL}.git@{RELEASE}"
 
 INSTALL_CELL_TAG = "course-setup"
 
+# torch's oldest supported release (pyproject.toml: torch>=2.8). On a Colab runtime with an older
+# torch, pip would replace torch and torchvision inside the running session (torchaudio, which
+# Colab also preinstalls, would stay old and mismatched) and the kernel would need a restart; the
+# cell says so and stops before pip touches anything.
+MIN_TORCH = (2, 8)
+
 INSTALL_CELL = f'''\
 # Course setup. On Google Colab this installs the course's `grader` package, release {RELEASE}
 # (torch, torchvision and matplotlib are already there); with `make lab` there is nothing to do.
 import os, sys, subprocess
 if "google.colab" in sys.modules or os.environ.get("COURSE_PIP_SOURCE"):
+    from importlib.metadata import version, PackageNotFoundError
+    def _have(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+    old = _have("torch")
+    if old and tuple(int(x) for x in old.split("+")[0].split(".")[:2]) < {MIN_TORCH!r}:
+        print(f"This runtime has torch {{old}} (torchvision {{_have('torchvision')}}, torchaudio "
+              f"{{_have('torchaudio')}}); the course needs torch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer. Installing it "
+              "here would replace torch and torchvision inside this running session, leave "
+              "torchaudio on the old release, and need a restart. Nothing was installed. Either "
+              "switch to a newer runtime, or upgrade all three yourself: run\\n"
+              "    %pip install -q 'torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}' torchvision torchaudio\\n"
+              "then restart the session (Runtime menu) and run this notebook from the top.")
+        raise SystemExit("stopped before installing anything: see the message above")
     source = os.environ.get("COURSE_PIP_SOURCE", "{PIP_SOURCE}")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
 import torch

@@ -17,6 +17,8 @@ from grader.checks.targets import SpeedTarget
 
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"
+# Checks for which the judge has the subject capture the learner's graph.
+GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "speed", "job")
 
 
 @dataclasses.dataclass
@@ -68,6 +70,11 @@ class Problem:
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
       (not credited).
+    - ``tolerance``: ``(rtol, atol)`` the ``compiled`` check states and uses (the judge compiles
+      the learner's graph with Inductor itself and compares its outputs on fresh inputs with
+      the original's eager ones); ``None``: the dtype's (:data:`grader.checks.correctness.TOLERANCES`).
+      The ``compiled`` check is decided on the graph the graph checks capture, so a problem
+      that asks for it asks for one of them too.
     """
 
     key: str
@@ -100,11 +107,15 @@ class Problem:
     training: bool = False
     driver: Callable[..., Any] | None = None
     step_inputs: Callable[[str], tuple] | None = None
+    tolerance: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)
         if unknown:
             raise ValueError(f"{self.key}: unknown checks {sorted(unknown)}; known: {CHECKS}")
+        if "compiled" in self.checks and not set(self.checks) & set(GRAPH_CHECKS):
+            raise ValueError(f"{self.key}: the 'compiled' check is decided on the captured graph: "
+                             f"ask for one of {GRAPH_CHECKS} too")
 
     @property
     def assignment(self) -> str:

@@ -148,9 +148,11 @@ def bench_stability(device: str, repeats: int, size: str) -> str:
               f"fixed floors (self-check; they also absorb the machine's drift between runs)")
 
 
-def calibrate_floors(device: str, fraction: float = 0.8) -> str:
+def calibrate_floors(device: str, fraction: float = 0.8, only: list[str] | None = None) -> str:
     """Measure every problem's reference solution and write its floor for this device class
-    into grader/checks/floors.json (floor = ``fraction`` x the reference's measured speedup)."""
+    into grader/checks/floors.json (floor = ``fraction`` x the reference's measured speedup).
+    ``only``: problem sets ("ps7") or problems ("ps7.q1") to calibrate; the others' floors are
+    kept as they are."""
     from grader.isolation.check import evaluate, reference_cells
     from grader.problems import get_problem
     from grader.checks.targets import FLOORS_FILE
@@ -167,6 +169,8 @@ def calibrate_floors(device: str, fraction: float = 0.8) -> str:
         for key in module.PROBLEMS:
             problem = get_problem(key)
             if "speed" not in problem.checks:
+                continue
+            if only and ps not in only and key not in only:
                 continue
             cells = reference_cells(problem, root)
             _progress(f"calibrating {key}")
@@ -198,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true",
                         help="measure each problem's reference and write self-check floors")
     parser.add_argument("--only", default=None,
-                        help="comma list of sections: latency,workloads,stability")
+                        help="comma list of sections: latency,workloads,stability (none: only "
+                             "what --calibrate asks for)")
+    parser.add_argument("--problems", default=None,
+                        help="with --calibrate: comma list of problem sets or problems to "
+                             "calibrate (default: all); the other floors are kept")
     parser.add_argument("--out", default="bench-results/bench.md", help="markdown file to write")
     args = parser.parse_args(argv)
     device = args.device or default_device()
@@ -229,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if "stability" in sections:
         emit(bench_stability(device, args.repeats, size))
     if args.calibrate:
-        emit(calibrate_floors(device))
+        only = [p.strip() for p in args.problems.split(",") if p.strip()] if args.problems else None
+        emit(calibrate_floors(device, only=only))
     emit(f"Total bench time: {time.perf_counter() - started:.0f} s")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
