@@ -592,3 +592,26 @@ def test_inject_inductor_relu_bug_breaks_inductors_cpp():
     with ti.inject_inductor_relu_bug("compile_error"), ti.fresh_inductor_cache():
         with pytest.raises(Exception, match="C\\+\\+ compile error|CppCompileError"):
             ti.compile_fresh(lambda t: torch.relu(t) + 1)(torch.randn(8))
+
+
+def test_host_reads_names_the_line_that_reads_a_value_not_a_float_attribute():
+    """A `.item()` of an input is a host read, named by the learner's line; a layer norm's eps that
+    Dynamo passes as a 0-d tensor under dynamic=True and reads back is not."""
+    found = {}
+    norm = torch.nn.LayerNorm(8)
+
+    def keep(gm, example_inputs):
+        found["reads"] = ti.host_reads(gm)
+        return gm.forward
+
+    def sliced(x, pos):
+        n = int(pos) + 1
+        return norm(x[:, :n].sum(1))
+
+    with ti.dynamo_config_patch(capture_scalar_outputs=True):   # fullgraph turns it on from 2.10
+        torch.compile(sliced, backend=keep, fullgraph=True, dynamic=True)(
+            torch.randn(2, 4, 8), torch.tensor(1))
+    assert found["reads"] == ["n = int(pos) + 1"]
+    torch.compile(lambda x: norm(x * 2), backend=keep, fullgraph=True, dynamic=True)(
+        torch.randn(2, 8))
+    assert found["reads"] == []

@@ -568,6 +568,32 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx
     return torch.fx.GraphModule(traced, traced.graph), fake
 
 
+def host_reads(gm: torch.fx.GraphModule) -> list[str]:
+    """The nodes of a graph Dynamo captured that read a tensor's value into Python (``.item()``,
+    ``int(t)``, ``.tolist()``), each as the last line of its stack trace (the learner's line).
+
+    Since 2.9 ``fullgraph=True`` captures these instead of breaking, and (2.14) Dynamo may trace an
+    integer ``.item()`` as a size with a hint, which ``make_fx`` then bakes in as a constant after
+    its first use: the ATen graph would silently compute for one value only. The capture looks
+    here, in Dynamo's own graph, instead. A Python number that Dynamo passes in as a 0-d tensor
+    and reads back (a layer norm's ``eps`` under ``dynamic=True``) is not a read of the data."""
+    found = []
+    for node in gm.graph.nodes:
+        reads = (node.op == "call_method" and node.target in ("item", "tolist")) or \
+            (node.op == "call_function" and node.target in (torch.Tensor.item, torch.Tensor.tolist,
+                                                            torch.ops.aten._local_scalar_dense.default,
+                                                            torch.ops.aten.item.default))
+        source = node.args[0] if node.args else None
+        if reads and isinstance(source, torch.fx.Node) and source.op == "placeholder" and \
+                getattr(source.meta.get("grapharg"), "pass_arg_as_tensor", False):
+            reads = False   # a Python number Dynamo passes as a tensor (a float attribute, dynamic=True)
+        if reads:
+            trace = [line.strip() for line in (node.meta.get("stack_trace") or "").splitlines()
+                     if line.strip(" ^~\t")]
+            found.append(trace[-1] if trace else node.format_node())
+    return found
+
+
 # Reads with no effect of their own, which tracing may leave behind unused.
 _DEAD_IF_UNUSED = {torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default,
                    torch.ops.aten.sym_size.int}

@@ -50,6 +50,11 @@ class CaptureError(RuntimeError):
     """The model could not be captured as one graph (the message is Dynamo's, or says why)."""
 
 
+class HostRead(CaptureError):
+    """Dynamo compiled the model with ``fullgraph=True``, but its graph reads a tensor's value into
+    Python: not one graph as the grader defines it."""
+
+
 class GraphRefused(ValueError):
     """A shipped graph the judge will not run; the message says why."""
 
@@ -190,6 +195,7 @@ def capture(fn: Callable, args: tuple, *, model: torch.nn.Module, dynamic: bool 
     got: dict = {}
 
     def keep_graph(gm, example_inputs):
+        got["host_reads"] = got.get("host_reads", []) + ti.host_reads(gm)
         got["graph"], got["fake"] = ti.aten_graph(gm, list(example_inputs))
         got["example"] = list(example_inputs)
         got["count"] = got.get("count", 0) + 1
@@ -207,6 +213,10 @@ def capture(fn: Callable, args: tuple, *, model: torch.nn.Module, dynamic: bool 
                                       dynamic=dynamic)(*args)
     except Exception as exc:
         raise CaptureError(f"{type(exc).__name__}: {str(exc).strip()}") from None
+    if got.get("host_reads"):
+        raise HostRead("it reads a tensor's value into Python (`.item()`, `int(t)`, `float(t)`), "
+                       "a host sync, at " + "; ".join(f"`{line}`" for line in
+                                                      dict.fromkeys(got["host_reads"])))
     if got.get("count") != 1:
         raise CaptureError("Dynamo captured no graph" if not got else
                            f"Dynamo captured {got['count']} graphs, not one")

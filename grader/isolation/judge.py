@@ -297,6 +297,7 @@ class Evidence:
     correctness: CheckOutcome | None = None
     graph: tuple | None = None              # (header, blob) of the captured graph
     capture_error: str = ""
+    compiled: bool = False                  # the subject says Dynamo took it (feedback only)
     breaks: list = dataclasses.field(default_factory=list)
     graph_count: int | None = None
     recompiles: dict | None = None
@@ -487,6 +488,7 @@ class Judge:
                         ev.graph_count = count if isinstance(count, int) else None
                 else:
                     ev.capture_error = _learner(header.get("error", "no graph was sent"))
+                    ev.compiled = header.get("compiled") is True
                     ev.breaks = header.get("breaks") if isinstance(header.get("breaks"), list) \
                         else []
                     count = header.get("graph_count")
@@ -553,7 +555,9 @@ class Judge:
                      device: str) -> GraphCheck:
         if ev.graph is None:
             first = ev.capture_error.splitlines()[0] if ev.capture_error else ""
-            return GraphCheck(False, "\n".join([f"does not compile with fullgraph=True: {first}",
+            said = ("compiles with fullgraph=True, but is not one graph as the grader defines it"
+                    if ev.compiled else "does not compile with fullgraph=True")
+            return GraphCheck(False, "\n".join([f"{said}: {first}",
                                                 *_break_lines(ev)]))
         header, blob = ev.graph
         try:

@@ -170,7 +170,9 @@ class Subject:
             packer = Packer()
             return {"graph": graph_artifact.to_wire(captured, packer)}, packer.blob()
         except graph_artifact.CaptureError as exc:
-            reply = {"error": text(str(exc))}
+            # compiled: Dynamo took it whole, but the grader does not call it one graph.
+            reply = {"error": text(str(exc)),
+                     "compiled": isinstance(exc, graph_artifact.HostRead)}
         reply.update(self._report(traced, inputs))
         return reply, b""
 
