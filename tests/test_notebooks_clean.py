@@ -81,3 +81,32 @@ def test_helper_rejects_a_wrong_first_cell():
     nb = _clean()
     nb.cells[0].metadata["tags"] = []
     assert problems(nb) == [f"the first cell lacks the tag {INSTALL_CELL_TAG!r}"]
+
+
+def _hours(text: str) -> float:
+    """'45 min', '1 h', '1¼ h', 'about 1.5 hours' -> hours."""
+    import re
+    number = re.search(r"(\d+(?:\.\d+)?)(¼|½|¾)?\s*(min|h)", text)
+    assert number, text
+    value = float(number.group(1)) + {"¼": .25, "½": .5, "¾": .75, None: 0}[number.group(2)]
+    return value / 60 if number.group(3) == "min" else value
+
+
+def test_difficulty_rises_from_set_to_set_and_the_readme_says_what_each_header_says():
+    """The README's problem-set table gives each set's difficulty and time as its notebook's header
+    does, and no set is easier or shorter than the one before it."""
+    import re
+    levels = ["introductory", "intermediate", "intermediate to advanced", "advanced"]
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| (ps\d) \(\d+\) \|.*\| ([a-z ]+) · ([^|]+) \|", readme, re.M)
+    assert [r[0] for r in rows] == sorted(n for n in os.listdir(os.path.join(ROOT, "release"))
+                                          if n.startswith("ps"))
+    order = []
+    for name, level, time in rows:
+        nb = nbformat.read(os.path.join(ROOT, "release", name, f"{name}.ipynb"), as_version=4)
+        header = next(c.source for c in nb.cells if "**Difficulty:**" in c.source)
+        said = re.search(r"\*\*Difficulty:\*\* ([a-z ]+) · \*\*time:\*\* ([^·]+)·", header)
+        assert said and said.group(1).strip() == level.strip(), (name, header[:200])
+        assert _hours(said.group(2)) == _hours(time), (name, said.group(2), time)
+        order.append((levels.index(level.strip()), _hours(time)))
+    assert order == sorted(order), order
