@@ -334,3 +334,16 @@ def test_chapter9_bisects_minifies_and_measures(executed):
     # section 4: compiled autograd captures the backward whole, with eager's gradients
     assert rows["compiled autograd: backward graphs captured at the first step"] == 1
     assert "gradients as eager's: True" in text and "gradients as eager's: False" not in text
+
+
+def test_a_bad_course_size_warns_and_the_chapters_still_import():
+    """A typo in COURSE_SIZE must not stop a chapter's first cell: it warns and uses the default."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COURSE_SIZE": "huge"}
+    out = subprocess.run([sys.executable, "-W", "always", "-c",
+                          "from grader import chapters as ch; print(ch.SIZE)"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() in ("small", "full") and "COURSE_SIZE='huge'" in out.stderr

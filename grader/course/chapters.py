@@ -35,8 +35,12 @@ from grader._paths import REPO_ROOT
 SIZES = ("full", "small", "ci")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SIZE = os.environ.get("COURSE_SIZE") or ("full" if DEVICE == "cuda" else "small")
-if SIZE not in SIZES:
-    raise ValueError(f"COURSE_SIZE={SIZE!r}: use one of {', '.join(SIZES)}")
+if SIZE not in SIZES:   # a typo in the environment must not stop a chapter's first cell
+    import warnings
+
+    warnings.warn(f"COURSE_SIZE={SIZE!r} is not one of {', '.join(SIZES)}: using the default for "
+                  f"this device", stacklevel=2)
+    SIZE = "full" if DEVICE == "cuda" else "small"
 RECORD_ENV = "COURSE_RECORD"
 _SESSION: list[dict] = []  # rows recorded in this process, whether or not COURSE_RECORD is set
 
@@ -251,8 +255,8 @@ def record(chapter: str, name: str, measured: float, claim: str | float | None =
     """Record a measured figure beside the seed chapter's claim, and print both.
 
     The row is appended to the JSON list in the file named by ``$COURSE_RECORD`` when that
-    variable is set (``make gpu-check`` and the tests set it); otherwise only printed. Returns
-    the row.
+    variable is set (``make gpu-check`` and the tests set it); otherwise only printed. Every row
+    of this process is also kept for :func:`show_claims`. Returns nothing.
     """
     if isinstance(measured, Estimate):
         low, high, measured = measured.low, measured.high, measured.median
@@ -437,37 +441,22 @@ def pad_to(x: torch.Tensor, shape: Sequence[int], value: float = 0.0) -> torch.T
 def interleaved_seconds_per_call(fns: dict, args: tuple, *, device: str = DEVICE,
                                  block_seconds: float = 0.02,
                                  budget_seconds: float | None = None) -> dict:
-    """Median seconds per call of each callable on the same ``args``: one warm-up call and three
-    calls that size its block (about ``block_seconds``), then ``trials()`` rounds, each running
-    every callable for one block of calls, in an order that rotates from round to round.
+    """Median seconds per call of each callable on the same ``args``, measured by
+    :func:`grader.checks.timing.compare` (warm-up, blocks of about ``block_seconds`` sized on the
+    first callable, ``trials()`` interleaved rounds in a balanced order).
     ``budget_seconds``: stop after the round that passes it (at least three rounds), so that a
     busy machine does not stretch the measurement without bound."""
-    from grader.checks.timing import DEFAULT_CLOCK as clock
+    from grader.checks import timing
 
-    reps = {}
-    for name, fn in fns.items():          # warm-up, then a block size for each from 3 calls
-        fn(*args)
-        clock.sync(device)
-        start = clock.now()
-        for _ in range(3):
-            fn(*args)
-        clock.sync(device)
-        per_call = max((clock.now() - start) / 3, 1e-6)
-        reps[name] = max(1, min(200, math.ceil(block_seconds / per_call)))
-    names = list(fns)
-    samples: dict = {n: [] for n in names}
+    clock = timing.DEFAULT_CLOCK
     deadline = None if budget_seconds is None else clock.now() + budget_seconds
-    for t in range(trials()):
-        if deadline is not None and t >= 3 and clock.now() > deadline:
-            break
-        for n in names[t % len(names):] + names[:t % len(names)]:
-            clock.sync(device)
-            start = clock.now()
-            for _ in range(reps[n]):
-                fns[n](*args)
-            clock.sync(device)
-            samples[n].append((clock.now() - start) / reps[n])
-    return {n: sorted(v)[len(v) // 2] for n, v in samples.items()}
+    first = next(iter(fns))
+    comp = timing.compare(fns, [args], baseline=first, device=device, trials=3,
+                          block_seconds=block_seconds)
+    while comp.trials < trials() and (deadline is None or clock.now() <= deadline):
+        comp = timing.compare(fns, [args], baseline=first, device=device, trials=1,
+                              block_seconds=block_seconds, previous=comp)
+    return {name: comp.per_call(name).median for name in fns}
 
 
 def shape_sweep(strategies: dict, inputs: Sequence[tuple], *, eager: Callable | None = None,
