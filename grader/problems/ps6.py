@@ -24,37 +24,23 @@ from torch import nn
 
 from grader.problems import Problem, TestCell
 from grader.checks.targets import SpeedTarget
+from grader.problems.tiny_gpt import (DIM, HEAD_DIM, HEADS, VOCAB, Block, TinyGPTLayers,
+                                      softmax_last)
 
 __all__ = ["TinyGPT", "Block", "softmax_last", "decode", "generate", "make_inputs", "example_inputs",
            "torch", "nn", "math", "VOCAB", "DIM", "HEADS", "LAYERS",
            "MAX_SEQ", "MAX_BATCH", "NEW_TOKENS", "HEAD_DIM", "step_inputs"]
 
-VOCAB, DIM, HEADS, LAYERS = 512, 128, 4, 2
+LAYERS = 2
 MAX_SEQ, MAX_BATCH, NEW_TOKENS = 64, 4, 24
 PROMPT_MIN, PROMPT_MAX = 8, 32          # PROMPT_MAX + NEW_TOKENS <= MAX_SEQ
-HEAD_DIM = DIM // HEADS
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(DIM)
-        self.ln2 = nn.LayerNorm(DIM)
-        self.qkv = nn.Linear(DIM, 3 * DIM)
-        self.proj = nn.Linear(DIM, DIM)
-        self.fc1 = nn.Linear(DIM, 4 * DIM)
-        self.fc2 = nn.Linear(4 * DIM, DIM)
-
-
-def softmax_last(att):
-    att = torch.exp(att - att.amax(dim=-1, keepdim=True))
-    return att / att.sum(dim=-1, keepdim=True)
-
-
-class TinyGPT(nn.Module):
+class TinyGPT(TinyGPTLayers):
     """A 2-block decoder. ``logits(idx)`` is the full forward pass. ``forward(tokens, pos)`` is
     the BASELINE decode step: it keeps the tokens it has seen (``history``) and recomputes the
-    whole sequence at every step -- no cache. Correct, simple, slow; eager only (``int(pos)``)."""
+    whole sequence at every step -- no cache. Correct, simple, slow; eager only (``int(pos)``).
+    ``attention``, ``mlp`` and ``softmax_last`` are in ``grader/problems/tiny_gpt.py``."""
 
     def __init__(self):
         super().__init__()
@@ -66,22 +52,6 @@ class TinyGPT(nn.Module):
         self.head = nn.Linear(DIM, VOCAB)
         self.register_buffer("history", torch.zeros(MAX_BATCH, MAX_SEQ, dtype=torch.long),
                              persistent=False)
-
-    def attention(self, blk, x):
-        B, T, _ = x.shape
-        q, k, v = blk.qkv(blk.ln1(x)).split(DIM, dim=-1)
-        q = q.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
-        k = k.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
-        v = v.view(B, T, HEADS, HEAD_DIM).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(HEAD_DIM)
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
-        att = softmax_last(att.masked_fill(mask, float("-inf")))
-        return blk.proj((att @ v).transpose(1, 2).reshape(B, T, DIM))
-
-    def mlp(self, blk, x):
-        h = blk.fc1(blk.ln2(x))
-        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608 * (h + 0.044715 * h ** 3)))
-        return blk.fc2(h)
 
     def logits(self, idx):
         """Next-token logits after every position: [B, T, VOCAB]."""
