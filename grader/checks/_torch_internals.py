@@ -88,18 +88,23 @@ _LIMIT_LOGGER = "torch._dynamo.convert_frame"
 _LIMIT_HIT = re.compile(r"hit config\.(?P<kind>\w+) \((?P<limit>\d+)\)")
 
 
-class _LimitCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.hits: list[tuple[str, int]] = []
+class _Collector(logging.Handler):
+    """Keeps what ``keep(match, text)`` makes of each record whose message matches ``pattern``
+    (a logger's records collected instead of printed)."""
+
+    def __init__(self, pattern: re.Pattern, keep: Callable[[re.Match, str], Any]) -> None:
+        super().__init__(logging.DEBUG)
+        self.pattern, self.keep = pattern, keep
+        self.found: list = []
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            m = _LIMIT_HIT.search(record.getMessage())
+            text = record.getMessage()
         except Exception:
             return
-        if m:
-            self.hits.append((m["kind"], int(m["limit"])))
+        match = self.pattern.search(text)
+        if match:
+            self.found.append(self.keep(match, text))
 
 
 @contextlib.contextmanager
@@ -126,9 +131,9 @@ def capture_recompile_limit_hits() -> Iterator[list]:
     it hit its recompile limit (``"torch._dynamo hit config.recompile_limit (8)"``); past it,
     Dynamo silently runs the frame eagerly. Nothing is printed.
     """
-    collector = _LimitCollector()
+    collector = _Collector(_LIMIT_HIT, lambda m, _: (m["kind"], int(m["limit"])))
     with _only_into(_LIMIT_LOGGER, collector, logging.WARNING):
-        yield collector.hits
+        yield collector.found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,16 +351,6 @@ _GRAPH_BREAK_RECORD = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s
                                  r"(?:\n\s*User code traceback|\Z)", re.S)
 
 
-class _BreakCollector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[tuple[str, int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        m = _GRAPH_BREAK_RECORD.search(record.getMessage())
-        if m:
-            self.records.append((m["file"], int(m["line"]), m["reason"].strip()))
-
 
 @contextlib.contextmanager
 def capture_graph_breaks() -> Iterator[list]:
@@ -365,9 +360,10 @@ def capture_graph_breaks() -> Iterator[list]:
     sees every break, also those that end an empty graph, which ``explain``'s list misses.
     Nothing is printed.
     """
-    collector = _BreakCollector()
+    collector = _Collector(_GRAPH_BREAK_RECORD,
+                           lambda m, _: (m["file"], int(m["line"]), m["reason"].strip()))
     with _only_into(_GRAPH_BREAK_LOGGER, collector, logging.DEBUG):
-        yield collector.records
+        yield collector.found
 
 
 def is_graph_break_error(exc: BaseException) -> bool:
@@ -421,30 +417,14 @@ def unique_graphs() -> int:
     return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
-
-class _MessageCollector(logging.Handler):
-    def __init__(self, pattern: re.Pattern) -> None:
-        super().__init__(logging.WARNING)
-        self.pattern = pattern
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-        except Exception:
-            return
-        if self.pattern.search(text):
-            self.messages.append(text)
-
-
 @contextlib.contextmanager
 def capture_recompile_limit_messages() -> Iterator[list]:
     """Collect the full text of Dynamo's warning each time it hits its recompile limit in the
     block (``"torch._dynamo hit config.recompile_limit (8)\\n function: ...\\n last reason:
     ..."``). Nothing reaches the console."""
-    collector = _MessageCollector(_LIMIT_HIT)
+    collector = _Collector(_LIMIT_HIT, lambda _, text: text)
     with _only_into(_LIMIT_LOGGER, collector, logging.WARNING):
-        yield collector.messages
+        yield collector.found
 
 
 def aot_graphs(fn: Callable, *args, partitioner: str = "min_cut") -> dict:
