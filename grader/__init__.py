@@ -17,8 +17,9 @@ The package is split by role (docs/design.md): ``checks/`` (in-process checks), 
 ``isolation/`` (one problem in a fresh sandboxed process), ``cohort/`` (grading around nbgrader),
 ``course/`` (chapter helpers), ``tools/`` (benchmarks) and ``cli``; imports point one way,
 checks <- problems <- isolation <- cohort, and course -> checks. ``grader.check``,
-``grader.chapters``, ``grader.breaks``, ``grader.recompiles``, ``grader.timing``,
-``grader.fusion`` and ``grader.colab`` are the names notebooks import (aliases of their modules).
+``grader.breaks``, ``grader.recompiles``, ``grader.timing`` and ``grader.fusion`` are the names
+notebooks import: each re-exports, with ``__all__``, the names notebooks use from its role's
+module; ``grader.chapters`` is ``grader.course.chapters`` itself (grader/chapters.py says why).
 
 The names below are imported on first use, so that ``import grader.isolation.sandbox`` (which the
 sandbox probe runs) does not import torch.

@@ -1,6 +1,8 @@
-"""`grader.breaks` is `grader.checks.breaks` (the name notebooks import); see grader/checks/."""
-import sys
+"""The graph-break checks under the name notebooks import (``from grader.breaks import
+graph_break_report``). The code is :mod:`grader.checks.breaks`; this module only re-exports
+its public names."""
+from grader.checks.breaks import (OTHER, FullgraphResult, GraphBreak, GraphBreakReport,
+                                  fullgraph_check, graph_break_report)
 
-from grader.checks import breaks as _module
-
-sys.modules[__name__] = _module
+__all__ = ["FullgraphResult", "GraphBreak", "GraphBreakReport", "OTHER", "fullgraph_check",
+           "graph_break_report"]

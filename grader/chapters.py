@@ -1,4 +1,12 @@
-"""`grader.chapters` is `grader.course.chapters` (the name notebooks import); see grader/course/."""
+"""`grader.chapters` is `grader.course.chapters` (``from grader import chapters as ch``, the name
+every chapter notebook imports); see grader/course/.
+
+The one name at the top of ``grader/`` that stays the module itself (``sys.modules`` swap)
+rather than a re-export with ``__all__``: the chapters reach all of its ~70 names through
+``ch.`` (sizes, records, roofline, shapes, training and debugging helpers), and so do the tests,
+so a list here would be a second copy of the module's contents to keep in step; and a
+notebook's or a test's ``ch.NAME = ...`` must reach the functions that read it.
+"""
 import sys
 
 from grader.course import chapters as _module

@@ -49,9 +49,10 @@ def _check(args) -> int:
 
 
 def _canvas(args) -> int:
+    from grader.cohort import files
     from grader.cohort.export import write_canvas_csv
 
-    export = write_canvas_csv(args.course, args.out or os.path.join(args.course, "reports", "canvas.csv"),
+    export = write_canvas_csv(args.course, args.out or os.path.join(args.course, files.REPORTS, files.CANVAS_CSV),
                               roster=args.roster, assignment_map=args.assignments_map,
                               per_question=args.per_question)
     for warning in export.warnings:

@@ -1,6 +1,6 @@
-"""`grader.fusion` is `grader.checks.fusion` (the name notebooks import); see grader/checks/."""
-import sys
+"""The fusion report under the name notebooks import (``from grader.fusion import
+fusion_report``). The code is :mod:`grader.checks.fusion`; this module only re-exports its
+public names."""
+from grader.checks.fusion import FusionReport, fusion_report, kernel_sources, library_calls
 
-from grader.checks import fusion as _module
-
-sys.modules[__name__] = _module
+__all__ = ["FusionReport", "fusion_report", "kernel_sources", "library_calls"]

@@ -1,6 +1,6 @@
-"""`grader.recompiles` is `grader.checks.recompiles` (the name notebooks import); see grader/checks/."""
-import sys
+"""The recompile check under the name notebooks import (``from grader.recompiles import
+recompile_check``). The code is :mod:`grader.checks.recompiles`; this module only re-exports
+its public names."""
+from grader.checks.recompiles import RecompileReport, explain_guard_failure, recompile_check
 
-from grader.checks import recompiles as _module
-
-sys.modules[__name__] = _module
+__all__ = ["RecompileReport", "explain_guard_failure", "recompile_check"]

@@ -1,8 +1,11 @@
-"""The package's layout: one folder per role, imports pointing one way (docs/design.md).
+"""The package's layout: one folder per role, imports pointing one way (docs/design.md), and no
+import cycle between any two modules.
 
 checks <- problems <- isolation <- cohort; course -> checks; nothing imports the tools or the
-command line. The names notebooks import (``grader.check``, ``grader.chapters``, ...) are the
-same module objects as their role's modules.
+command line. Within a role too, modules import one way: the graph of every import between the
+package's modules (function-level imports included) has no cycle. The names notebooks import
+(``grader.check``, ``grader.breaks``, ...) re-export their role's modules' names with
+``__all__``; ``grader.chapters`` is ``grader.course.chapters`` itself.
 """
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ ALLOWED = {
     "tools": {"checks", "problems", "isolation", "cohort", "course"},
     "cli": {"checks", "problems", "isolation", "cohort", "course", "tools"},
 }
+# The names notebooks import at the top of grader/ -> their role (grader.ROLE.NAME is the code).
 ALIASES = {"check": "isolation", "chapters": "course", "breaks": "checks", "recompiles": "checks",
-           "timing": "checks", "fusion": "checks", "colab": "course"}
+           "timing": "checks", "fusion": "checks"}
+SWAPPED = {"chapters"}   # the module itself (sys.modules swap); the others re-export with __all__
 
 
 def _role(module: str) -> str | None:
@@ -46,8 +51,8 @@ def _imports(path: str, module: str) -> list[tuple[int, str]]:
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            names = [f"{name}.{a.name}" for a in node.names] if not node.module or node.level else [name]
-            found += [(node.lineno, n) for n in names]
+            # name.a: the submodule a when there is one (callers trim it to a module).
+            found += [(node.lineno, f"{name}.{a.name}") for a in node.names]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
     return [(line, n) for line, n in found if n == "grader" or n.startswith("grader.")]
@@ -87,9 +92,81 @@ def test_imports_point_one_way():
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_names_notebooks_import_are_the_role_modules():
+def test_the_names_notebooks_import_are_the_role_modules_names():
     for name, role in ALIASES.items():
-        assert importlib.import_module(f"grader.{name}") is importlib.import_module(f"grader.{role}.{name}")
+        alias = importlib.import_module(f"grader.{name}")
+        module = importlib.import_module(f"grader.{role}.{name}")
+        if name in SWAPPED:
+            assert alias is module, name
+            continue
+        assert alias is not module and alias.__all__, name
+        for public in alias.__all__:   # the very objects, so isinstance and identity hold
+            assert getattr(alias, public) is getattr(module, public), f"grader.{name}.{public}"
+        extra = {n for n in vars(alias) if not n.startswith("_")} - set(alias.__all__)
+        assert not extra, f"grader.{name} defines {extra} beyond its __all__"
     from grader.check import check, run_test
 
     assert check is importlib.import_module("grader.isolation.check").check and callable(run_test)
+
+
+def test_the_re_exports_keep_what_the_package_top_exports():
+    """``from grader import graph_break_report`` and ``from grader.breaks import
+    graph_break_report`` name the same function."""
+    for module, names in grader._EXPORTS.items():
+        if module in ALIASES:
+            alias = importlib.import_module(f"grader.{module}")
+            assert set(names) <= set(alias.__all__), (module, set(names) - set(alias.__all__))
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """grader module -> the grader modules it imports (at any depth: a function-level import is
+    an edge too). ``from grader.cohort import files`` is an edge to ``grader.cohort.files``."""
+    found = dict((module, path) for path, module in _modules())
+    graph: dict[str, set[str]] = {module: set() for module in found}
+    for module, path in found.items():
+        for _, target in _imports(path, module):
+            while target not in found and "." in target:   # grader.x.name -> grader.x
+                target = target.rsplit(".", 1)[0]
+            if target in found and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (its modules in import order, the first repeated last), or None."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_no_module_imports_another_that_imports_it_back():
+    graph = _module_graph()
+    assert graph["grader.cohort.grade"] >= {"grader.cohort.attempt", "grader.cohort.merge"}, \
+        "the module graph lost its edges"
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)

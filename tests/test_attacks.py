@@ -20,7 +20,9 @@ import nbformat
 import pytest
 
 from grader.cohort import demo
-from grader.cohort.grade import DISAGREEMENTS_FILE, UNSCREENED_FOR_TESTS_ENV, grade
+from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
+from grader.cohort.files import DISAGREEMENTS_FILE
+from grader.cohort.grade import grade
 from test_attacks_unscreened import ATTACK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

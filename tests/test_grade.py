@@ -15,7 +15,8 @@ import time
 import pytest
 
 from grader.cohort import assign, demo
-from grader.cohort.grade import MARKER, grade, exit_status
+from grader.cohort.files import MARKER
+from grader.cohort.grade import grade, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSIGNMENT = "ps2"

@@ -4,7 +4,7 @@ import os
 from types import SimpleNamespace
 
 from grader.cohort import report
-from grader.cohort.grade import RESULTS_FILE
+from grader.cohort.files import RESULTS_FILE
 
 
 def _submission(course, student, result, score):
@@ -62,7 +62,7 @@ def test_empty_panels_say_no_data_instead_of_blank_axes(monkeypatch):
 
 
 def test_feedback_lines_wrap(tmp_path):
-    from grader.cohort.grade import wrap_feedback_lines
+    from grader.cohort.feedback import wrap_feedback_lines
 
     page = tmp_path / "ps9.html"
     page.write_text("<html><head></head><body><pre>" + "x" * 500 + "</pre></body></html>")

@@ -23,6 +23,8 @@ from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from grader.cohort import files
+
 PIPELINE_FILE_ENV = "COURSE_PIPELINE_FILE"
 DISAGREED = ("Note: your notebook's own test output disagreed with the grader's measurement "
              "(it showed {shown}); the grade above is the grader's.")
@@ -49,7 +51,7 @@ class ApplyPipelineScores(NbGraderPreprocessor):
                 if utils.is_grade(cell) and not utils.is_solution(cell) and cell.cell_type == "code":
                     self._apply(gb, cell, db)
             gb.db.commit()
-        record = os.environ.get(PIPELINE_FILE_ENV) + ".disagreements.json"
+        record = os.environ.get(PIPELINE_FILE_ENV) + files.DISAGREEMENTS_SUFFIX
         with open(record, "w") as fh:
             json.dump(self.disagreements, fh)
         return nb, resources

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from typing import Iterable
 from grader._paths import REPO_ROOT
+from grader.cohort import files
 
 COURSE_ROOT = REPO_ROOT
 
@@ -100,7 +101,7 @@ def stale_notebooks(course_root: str = COURSE_ROOT) -> list[str]:
     and source), or are missing or extra. Empty when ``release/`` is up to date."""
     problems = []
     with tempfile.TemporaryDirectory(prefix="release-check-") as tmp:
-        shutil.copy(os.path.join(course_root, "nbgrader_config.py"), tmp)
+        shutil.copy(os.path.join(course_root, files.NBGRADER_CONFIG), tmp)
         shutil.copytree(os.path.join(course_root, "source"), os.path.join(tmp, "source"))
         release(course_root=tmp)
         fresh_root = os.path.join(tmp, "release")

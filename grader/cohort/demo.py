@@ -14,6 +14,8 @@ import os
 import re
 import shutil
 
+from grader.cohort import files
+
 PERSONAS = {
     "ada_full": "full solution",
     "ben_partial": "half done: some breaks or questions fixed, not all",
@@ -37,6 +39,27 @@ def first_run_cohort(assignment: str, assignments: list[str]) -> dict[str, str]:
     """{student: persona} of the demo for ``assignment`` on a first run (see above)."""
     first = FIRST_SET_ALL if FIRST_SET_ALL in assignments else sorted(assignments)[0]
     return {p: p for p in (PERSONAS if assignment == first else OTHER_SETS)}
+
+
+def choose_demo_cohort(wanted: list[str]) -> tuple[dict[str, str] | None, bool, str]:
+    """The demo students ``make grade`` grades when submitted/ is empty: ``wanted``
+    (``--demo-students``), ``["all"]`` or, by default, the :func:`first_run_cohort`. Returns the ``cohort`` and
+    ``first_run`` arguments of :func:`build_demo_course` and the line that says what is graded."""
+    unknown = sorted(set(wanted) - set(PERSONAS) - {"all"})
+    if unknown:
+        raise SystemExit(f"make grade: unknown demo students {unknown}; the demo cohort is "
+                         f"{', '.join(PERSONAS)} (or all)")
+    if wanted == ["all"]:
+        return None, False, ("submitted/ is empty: grading the whole bundled demo cohort (8 made-up "
+                             "students per problem set) in build/demo-course/")
+    if wanted:
+        return {s: s for s in wanted}, False, (f"submitted/ is empty: grading the demo students "
+                                               f"{', '.join(wanted)} in build/demo-course/")
+    return None, True, (f"submitted/ is empty: grading the bundled demo cohort in build/demo-course/: "
+                        f"all 8 made-up students in {FIRST_SET_ALL} (every way a submission can fail), "
+                        f"{', '.join(OTHER_SETS)} in the other sets (--demo-students all: everyone)")
+
+
 _SOLUTION = re.compile(r"^[ \t]*### BEGIN SOLUTION[ \t]*\n|^[ \t]*### END SOLUTION[ \t]*\n?", re.M)
 
 
@@ -112,7 +135,7 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
 
     demo = folder or os.path.join(course, "build", "demo-course")
     os.makedirs(demo, exist_ok=True)
-    shutil.copy(os.path.join(course, "nbgrader_config.py"), os.path.join(demo, "nbgrader_config.py"))
+    shutil.copy(os.path.join(course, files.NBGRADER_CONFIG), os.path.join(demo, files.NBGRADER_CONFIG))
     for assignment in assignments:
         src = os.path.join(course, "source", assignment)
         dst = os.path.join(demo, "source", assignment)
@@ -140,7 +163,7 @@ def write_demo_roster(demo: str, students: list[str]) -> str:
     ``reports/canvas.csv`` shows what a real course's does. Returns its path."""
     import csv
 
-    path = os.path.join(demo, "canvas-roster.csv")
+    path = os.path.join(demo, files.ROSTER)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section"])
@@ -155,7 +178,7 @@ def write_demo_roster(demo: str, students: list[str]) -> str:
 def _write(demo: str, student: str, assignment: str, name: str, nb) -> None:
     import nbformat
 
-    folder = os.path.join(demo, "submitted", student, assignment)
+    folder = os.path.join(demo, files.SUBMITTED, student, assignment)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, name)
     text = nb if isinstance(nb, str) else nbformat.writes(nb)

@@ -7,10 +7,11 @@ task receives what grading one submission needs as data (:func:`stage`: the cour
 ``nbgrader_config.py`` and ``gradebook.db``, ``source/ASSIGNMENT/``, the submission, and the
 run's prepared reference caches through Ray's object store) and returns the graded result as
 data (:func:`grade_task`: the grading copy's gradebook, the autograded notebook, the pipeline's
-results, nbgrader's log). The driver (:func:`grader.cohort.grade.autograde_all`) unpacks each finished
-task into a local folder and merges it like a local one: it stays the only writer of
-``gradebook.db``, so resuming, reruns, ``--regrade`` and manual grades behave as with local
-workers.
+results, nbgrader's log). A task grades through the same :func:`grader.cohort.attempt.run_attempt`
+as a local worker; :func:`ray_attempts` unpacks each finished task into a local folder as an
+:class:`~grader.cohort.attempt.Attempt`, and the driver (:func:`grader.cohort.grade.autograde_all`)
+merges it like a local one: it stays the only writer of ``gradebook.db``, so resuming, reruns,
+``--regrade`` and manual grades behave as with local workers.
 
 A task whose worker process or node dies is run again by Ray (``max_retries``); its grade is
 merged once, when a try finishes. A submission that fails on every try is recorded with the
@@ -46,14 +47,18 @@ import signal
 import socket
 import sys
 import tempfile
+from typing import Iterator
 
+from grader.cohort import files
+from grader.cohort.attempt import Attempt, AttemptSettings, device_for, gpu_count, run_attempt
+from grader.cohort.collect import Submission
 from grader.isolation.sandbox import pack_folder, unpack_folder
 
 CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge); nbgrader's kernel one more
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
-# What a task sends back from its grading copy (grader.cohort.grade._grade_one's folder).
-RESULT_PATHS = ("gradebook.db", "autograded", "pipeline.json", "pipeline.json.disagreements.json",
-                "autograde.log")
+# What a task sends back from its grading copy (grader.cohort.attempt.run_attempt's folder).
+RESULT_PATHS = (files.GRADEBOOK, files.AUTOGRADED, files.PIPELINE_FILE,
+                files.PIPELINE_DISAGREEMENTS_FILE, files.AUTOGRADE_LOG)
 
 
 CORE_LOCKS = os.path.join(tempfile.gettempdir(), "course-grader-cores")
@@ -99,9 +104,9 @@ def grader_fingerprint() -> str:
 
     top = os.path.dirname(os.path.abspath(grader.__file__))
     digest = hashlib.sha256()
-    for root, dirs, files in os.walk(top):
+    for root, dirs, names in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
+        for name in sorted(names):
             if name.endswith((".py", ".json")):
                 path = os.path.join(root, name)
                 digest.update(os.path.relpath(path, top).encode() + b"\0")
@@ -138,17 +143,16 @@ def mismatches(driver: dict, nodes: list[dict]) -> list[str]:
 
 def stage(course: str, assignment: str, student: str) -> bytes:
     """Everything grading one submission reads from the course folder, as one archive."""
-    return pack_folder(course, ["nbgrader_config.py", "gradebook.db",
-                          os.path.join("source", assignment),
-                          os.path.join("submitted", student, assignment)])
+    return pack_folder(course, [files.NBGRADER_CONFIG, files.GRADEBOOK,
+                                os.path.join(files.SOURCE, assignment),
+                                os.path.join(files.SUBMITTED, student, assignment)])
 
 
-def grade_task(payload: bytes, student: str, assignment: str, options: dict,
+def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptSettings,
                prepared: dict | None) -> dict:
     """Grade one staged submission on this node (the body of the Ray task): the same
-    :func:`grader.cohort.grade._grade_one` as local grading, in a course folder unpacked from
+    :func:`grader.cohort.attempt.run_attempt` as local grading, in a course folder unpacked from
     ``payload``. Returns the result archive, the failure (or None), seconds, phases and the node."""
-    from grader.cohort import grade
     from grader.isolation import sandbox
 
     course = tempfile.mkdtemp(prefix=f"ray-{student}-{assignment}-")
@@ -159,24 +163,21 @@ def grade_task(payload: bytes, student: str, assignment: str, options: dict,
     try:
         unpack_folder(payload, course)
         try:
-            isolation = sandbox.probe(options["sandbox"])
+            isolation = sandbox.probe(settings.sandbox)
         except sandbox.SandboxUnavailable as exc:
             return {"archive": b"", "failure": f"node {node} cannot run the sandbox: {exc}",
                     "seconds": 0.0, "phases": {}, "node": node}
-        run = grade.Run(course=course, assignments=[assignment], timeout_s=options["timeout_s"],
-                        memory_bytes=options["memory_bytes"],
-                        cell_timeout_s=options["cell_timeout_s"], sandbox=options["sandbox"],
-                        isolation=isolation, subject_timeout_s=options.get("subject_timeout_s"))
         judge = _judge(course, prepared)
-        run.judges = [judge]
         try:
-            sub = grade.Submission(student, assignment,
-                                   os.path.join(course, "submitted", student, assignment))
-            tmp, failure, seconds, phases = grade._grade_one(run, sub, 0, grade._gpu_count())
+            sub = Submission(student, assignment,
+                             os.path.join(course, files.SUBMITTED, student, assignment))
+            attempt = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
+                                  device=device_for(0, gpu_count()))
+            tmp = attempt.folder
         finally:
             judge.close()
-        return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": failure,
-                "seconds": seconds, "phases": phases, "node": node, "core": core}
+        return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": attempt.failure,
+                "seconds": attempt.seconds, "phases": attempt.phases, "node": node, "core": core}
     finally:
         release_core()
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -205,11 +206,10 @@ def unblock_sigint() -> set:
     return signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
+def prepare_task(payload: bytes, assignment: str) -> dict:
     """The run's prepared reference caches for ``assignment``, built on a grading node (the
     compiler cache is specific to the machine type, so the cluster's nodes should be one type)."""
     from grader.cohort import pipeline
-    from grader.cohort.grade import _gpu_count
 
     course = tempfile.mkdtemp(prefix=f"ray-prepare-{assignment}-")
     claim_core()
@@ -218,7 +218,7 @@ def prepare_task(payload: bytes, assignment: str, options: dict) -> dict:
         judge = _judge(course, None)
         try:
             seconds = pipeline.prepare_references(assignment, course, judge,
-                                                  device="cuda:0" if _gpu_count() else None)
+                                                  device=device_for(0, gpu_count()))
         finally:
             judge.close()
         return {"cache": pack_folder(os.path.join(course, "judge-cache")), "seconds": seconds}
@@ -307,17 +307,17 @@ class RayExecutor:
                 f"{CPUS_PER_SUBMISSION} CPU" + (f" and {self.gpus:g} GPU" if self.gpus else "")
                 + " (pinned to a free core of its node)" + versions)
 
-    def prepare(self, course: str, assignment: str, options: dict) -> dict:
-        payload = pack_folder(course, ["nbgrader_config.py", os.path.join("source", assignment)])
-        return self.ray.get(self._prepare.remote(payload, assignment, options))
+    def prepare(self, course: str, assignment: str) -> dict:
+        payload = pack_folder(course, [files.NBGRADER_CONFIG, os.path.join(files.SOURCE, assignment)])
+        return self.ray.get(self._prepare.remote(payload, assignment))
 
     def put(self, value):
         return self.ray.put(value)
 
-    def submit(self, key, course: str, student: str, assignment: str, options: dict,
+    def submit(self, key, course: str, student: str, assignment: str, settings: AttemptSettings,
                prepared_ref) -> None:
         ref = self._grade.remote(stage(course, assignment, student), student, assignment,
-                                 options, prepared_ref)
+                                 settings, prepared_ref)
         self.pending[ref] = key
 
     def finished(self):
@@ -338,8 +338,33 @@ class RayExecutor:
 
 
 def unpack_result(result: dict) -> str:
-    """A finished task's archive unpacked into a new local folder (for grader.cohort.grade._merge)."""
+    """A finished task's archive unpacked into a new local folder (its grading copy, to merge)."""
     folder = tempfile.mkdtemp(prefix="ray-result-")
     if result.get("archive"):
         unpack_folder(result["archive"], folder)
     return folder
+
+
+def ray_attempts(executor: RayExecutor, course: str, todo: list[tuple[Submission, str]],
+                 settings: AttemptSettings, prepared: dict
+                 ) -> Iterator[tuple[Submission, str, Attempt]]:
+    """The Ray executor: each submission a task; yields (submission, digest, attempt) as each
+    finishes, the attempt's grading copy unpacked here. A task that failed in every try is an
+    attempt with the reason. Interrupted (or closed early), it cancels the tasks left."""
+    refs = {a: executor.put(p) for a, p in prepared.items()}  # sent once per node
+    for index, (sub, digest) in enumerate(todo):
+        executor.submit(index, course, sub.student, sub.assignment, settings, refs.get(sub.assignment))
+    try:
+        for index, result in executor.finished():
+            sub, digest = todo[index]
+            if isinstance(result, Exception):
+                attempt = Attempt(None, f"the grading task failed on Ray in every try "
+                                        f"({type(result).__name__}: "
+                                        f"{str(result).strip().splitlines()[-1:]})", node="?")
+            else:
+                attempt = Attempt(unpack_result(result), result["failure"], result["seconds"],
+                                  result["phases"], result["node"])
+            yield sub, digest, attempt
+    except BaseException:  # KeyboardInterrupt here, or GeneratorExit from the caller
+        executor.cancel()
+        raise

@@ -54,6 +54,8 @@ import os
 import re
 import zipfile
 
+from grader.cohort import files
+
 IDENTITY_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 # Canvas's own export writes the label with leading spaces; its import looks for the words.
 POINTS_POSSIBLE = "    Points Possible"
@@ -62,7 +64,7 @@ CANVAS_FILE_NAME = re.compile(r"^(?P<name>[^_]+)_(?:late_)?(?P<user_id>\d+)_(?P<
 # An assignment column of a Canvas export: "ps1 (123456)".
 CANVAS_ASSIGNMENT_COLUMN = re.compile(r"^(?P<name>.*\S)\s+\((?P<id>\d+)\)$")
 # nbgrader assignment -> Canvas assignment, in the course folder (columns: nbgrader,canvas).
-ASSIGNMENT_MAP_FILE = "canvas-assignments.csv"
+ASSIGNMENT_MAP_FILE = files.ASSIGNMENT_MAP
 # The Points Possible cell of a column Canvas's import skips (readonly_assignment?).
 READ_ONLY = "(read only)"
 
@@ -176,7 +178,7 @@ def _missing_columns_warning(missing: list[str], mapping: dict[str, str]) -> str
 
 def _named_regexp(course: str) -> str | None:
     """``c.FileNameCollectorPlugin.named_regexp`` of the course's nbgrader_config.py."""
-    path = os.path.join(course, "nbgrader_config.py")
+    path = os.path.join(course, files.NBGRADER_CONFIG)
     if not os.path.exists(path):
         return None
     from traitlets.config.loader import PyFileConfigLoader
@@ -190,9 +192,9 @@ def _download_paths(course: str) -> list[str]:
     """Every file name of the LMS downloads: loose files and extracted ones, and the members of
     the zip files in ``downloads/ASSIGNMENT/archive/`` (as they will be extracted)."""
     paths = []
-    root = os.path.join(course, "downloads")
-    for folder, _, files in os.walk(root):
-        for name in files:
+    root = os.path.join(course, files.DOWNLOADS)
+    for folder, _, names in os.walk(root):
+        for name in names:
             path = os.path.join(folder, name)
             if name.lower().endswith(".zip") and zipfile.is_zipfile(path):
                 with zipfile.ZipFile(path) as zf:
@@ -249,8 +251,7 @@ def canvas_export(course: str, roster: Roster | None = None,
         by_slug.setdefault(canvas_name_slug(entry.student), []).append(entry)
         for sis in {entry.sis_login_id.lower(), entry.sis_user_id.lower()} - {""}:
             by_sis.setdefault(sis, []).append(entry)
-    url = "sqlite:///" + os.path.join(os.path.abspath(course), "gradebook.db")
-    with Gradebook(url) as gb:
+    with Gradebook(files.db_url(course)) as gb:
         names = assignments or sorted(a.name for a in gb.assignments)
         maxima = {name: gb.find_assignment(name).max_score for name in names}
         column_of, missing = {}, []

@@ -11,6 +11,7 @@ import os
 from typing import NamedTuple
 
 from grader.checks.results import ProblemResult
+from grader.cohort import files
 
 
 class SpeedPoint(NamedTuple):
@@ -24,7 +25,7 @@ class SpeedPoint(NamedTuple):
 
 
 def _load(course: str, student: str, assignment: str, name: str, empty):
-    path = os.path.join(course, "autograded", student, assignment, name)
+    path = os.path.join(files.autograded_dir(course, student, assignment), name)
     try:
         with open(path) as fh:
             return json.load(fh)
@@ -35,17 +36,13 @@ def _load(course: str, student: str, assignment: str, name: str, empty):
 def _results(course: str, student: str, assignment: str) -> list[ProblemResult]:
     """The grading pipeline's result for each problem of a submission (written by the trusted
     process, never by the notebook's kernel)."""
-    from grader.cohort.grade import RESULTS_FILE
-
-    problems = _load(course, student, assignment, RESULTS_FILE, {}).get("problems", {})
+    problems = _load(course, student, assignment, files.RESULTS_FILE, {}).get("problems", {})
     return [ProblemResult.from_dict({**result, "problem": key}) for key, result in problems.items()]
 
 
 def collect(course: str, outcomes) -> dict:
     """Per assignment: scores, :class:`SpeedPoint` s, and graph-break causes counted once per
     student and problem."""
-    from grader.cohort.grade import DISAGREEMENTS_FILE, RESULTS_FILE
-
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
                                                   "not_graded": [], "disagreed": [],
@@ -57,10 +54,10 @@ def collect(course: str, outcomes) -> dict:
         d["max"] = max(d["max"], o.max_score)
         if o.reason:
             d["not_graded"].append((sub.student, o.reason.splitlines()[0]))
-        for row in _load(course, sub.student, sub.assignment, DISAGREEMENTS_FILE, []):
+        for row in _load(course, sub.student, sub.assignment, files.DISAGREEMENTS_FILE, []):
             d["disagreed"].append((sub.student, row.get("grade_id"), row.get("kernel_points"),
                                    row.get("points")))
-        cells = _load(course, sub.student, sub.assignment, RESULTS_FILE, {}).get("cells", {})
+        cells = _load(course, sub.student, sub.assignment, files.RESULTS_FILE, {}).get("cells", {})
         d["review"] += [(sub.student, grade_id) for grade_id, c in sorted(cells.items())
                         if isinstance(c, dict) and c.get("review")]
         seen = set()
@@ -141,11 +138,11 @@ def _absent(ax, text: str) -> None:
 def feedback_page(course: str, student: str, assignment: str) -> str | None:
     """The student's feedback page for a set, relative to ``reports/`` (None when there is none):
     nbgrader's feedback HTML, or the page that says why the submission was not graded."""
-    folder = os.path.join(course, "feedback", student, assignment)
+    folder = files.feedback_dir(course, student, assignment)
     if not os.path.isdir(folder):
         return None
     pages = sorted(n for n in os.listdir(folder) if n.endswith(".html"))
-    page = next((n for n in pages if n != "NOT_GRADED.html"), None) or (pages[0] if pages else None)
+    page = next((n for n in pages if n != files.NOT_GRADED_PAGE), None) or (pages[0] if pages else None)
     return f"../feedback/{student}/{assignment}/{page}" if page else None
 
 
@@ -219,7 +216,7 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
             parts.append("<p>Not graded (scored 0):</p><ul>" + "".join(
                 f"<li>{html.escape(s)}: {html.escape(r)}</li>" for s, r in d["not_graded"]) + "</ul>")
     parts.append("</body></html>")
-    path = os.path.join(report_dir, "report.html")
+    path = os.path.join(report_dir, files.REPORT_HTML)
     with open(path, "w") as fh:
         fh.write("\n".join(parts))
     return path

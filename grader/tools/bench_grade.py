@@ -46,7 +46,7 @@ def grade_cohort(assignment: str, students: int, workers: int, folder: str,
 
 
 # The breakdown's columns: name -> the outcome phases they add up (the judge's phases,
-# grader.isolation.judge.Judge.grade, and grader.cohort.grade._grade_one's).
+# grader.isolation.judge.Judge.grade, and grader.cohort.attempt.run_attempt's).
 PARTS = {
     "subject start": ("subject start",),
     "learner cells": ("learner cells",),

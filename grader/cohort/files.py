@@ -1,0 +1,70 @@
+"""Every file and folder name the cohort grader reads or writes, in one place.
+
+A course folder (nbgrader's layout) after ``make grade``::
+
+    nbgrader_config.py, gradebook.db          the course's configuration and its gradebook
+    canvas-roster.csv, canvas-assignments.csv Canvas's export and the name map (optional)
+    downloads/ASSIGNMENT/archive/             LMS downloads, collected into submitted/
+    submitted/STUDENT/ASSIGNMENT/             what each student handed in
+    autograded/STUDENT/ASSIGNMENT/            the graded notebook, or NOT_GRADED.txt and
+                                              autograde.log; grader-results.json,
+                                              grader-disagreements.json; .graded.json last
+    feedback/STUDENT/ASSIGNMENT/              nbgrader's feedback HTML, or NOT_GRADED.html
+    reports/                                  grades.csv, canvas.csv, report.html (+ PNGs)
+
+One submission's grading copy (:mod:`grader.cohort.attempt`) holds the same course files, plus
+the pipeline's points (``pipeline.json``, what the kernel's test cells show:
+``pipeline-display.json``), the kernel's disagreements and nbgrader's log; the merge
+(:mod:`grader.cohort.merge`) keeps them under the names above.
+"""
+from __future__ import annotations
+
+import os
+
+# The course folder.
+NBGRADER_CONFIG = "nbgrader_config.py"
+GRADEBOOK = "gradebook.db"
+ROSTER = "canvas-roster.csv"                # Canvas's gradebook export, if the instructor put it there
+ASSIGNMENT_MAP = "canvas-assignments.csv"   # nbgrader assignment -> Canvas assignment (nbgrader,canvas)
+SOURCE = "source"
+DOWNLOADS = "downloads"
+SUBMITTED = "submitted"
+AUTOGRADED = "autograded"
+FEEDBACK = "feedback"
+REPORTS = "reports"
+
+# autograded/STUDENT/ASSIGNMENT/
+MARKER = ".graded.json"                         # written last: the merge of this submission is complete
+RESULTS_FILE = "grader-results.json"            # the pipeline's result, kept beside the graded notebook
+DISAGREEMENTS_FILE = "grader-disagreements.json"  # test cells where the kernel showed otherwise
+NOT_GRADED_FILE = "NOT_GRADED.txt"              # why a submission scored zero
+AUTOGRADE_LOG = "autograde.log"                 # nbgrader's output (also in the grading copy)
+
+# feedback/STUDENT/ASSIGNMENT/
+NOT_GRADED_PAGE = "NOT_GRADED.html"
+
+# reports/
+GRADES_CSV = "grades.csv"
+CANVAS_CSV = "canvas.csv"
+REPORT_HTML = "report.html"
+
+# One submission's grading copy.
+PIPELINE_FILE = "pipeline.json"                 # the points the pipeline decided
+PIPELINE_DISPLAY_FILE = "pipeline-display.json"  # what the kernel's test cells show
+DISAGREEMENTS_SUFFIX = ".disagreements.json"    # apply_scores writes PIPELINE_FILE + this
+PIPELINE_DISAGREEMENTS_FILE = PIPELINE_FILE + DISAGREEMENTS_SUFFIX
+# grading copy -> autograded/STUDENT/ASSIGNMENT/
+KEPT_AS = ((PIPELINE_FILE, RESULTS_FILE), (PIPELINE_DISAGREEMENTS_FILE, DISAGREEMENTS_FILE))
+
+
+def db_url(course: str) -> str:
+    """The SQLAlchemy URL of ``course``'s gradebook."""
+    return "sqlite:///" + os.path.join(os.path.abspath(course), GRADEBOOK)
+
+
+def autograded_dir(course: str, student: str, assignment: str) -> str:
+    return os.path.join(course, AUTOGRADED, student, assignment)
+
+
+def feedback_dir(course: str, student: str, assignment: str) -> str:
+    return os.path.join(course, FEEDBACK, student, assignment)
