@@ -17,7 +17,7 @@ TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 WITH ?=
 STAMP := $(VENV)/.setup-done
 ASSIGNMENT ?=
-WORKERS ?= 1
+WORKERS ?=
 SIZE ?= ci
 
 .PHONY: setup setup-sandbox setup-browser test test-oldest lab bench bench-grade gpu-check release grade gradescope clean help
@@ -90,23 +90,25 @@ lab: setup
 release: setup
 	$(PY) -m grader.cli release
 
+# Only what you set is passed on: every default and its help is in grader/cohort/settings.py
+# (`.venv/bin/python -m grader.cli grade --help`).
 # ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once;
 # REGRADE=1 grades again what is already graded (grades are replaced, never added).
 # SANDBOX=off grades without bubblewrap (learner code can then read this machine's files).
 REGRADE ?=
-SANDBOX ?= auto
+SANDBOX ?=
 # ROSTER=canvas-export.csv: Canvas's gradebook export, for names and sections in
 # reports/canvas.csv (canvas-roster.csv in the course folder is read without asking).
 ROSTER ?=
 # EXECUTOR=ray grades each submission as a Ray task: on RAY_ADDRESS=<head:port> (a running
 # cluster), else on a local Ray instance (README: "Grading on a Ray cluster").
-EXECUTOR ?= local
+EXECUTOR ?=
 RAY_ADDRESS ?=
 # DEMO=all grades the whole demo cohort (when submitted/ is empty); DEMO=ada_full,fay_crash some of
 # it; unset: all eight students in ps1 and four in each other set (a first run's length).
 DEMO ?=
 grade: setup
-	$(PY) -m grader.cli grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) --workers $(WORKERS) $(if $(REGRADE),--regrade) --sandbox $(SANDBOX) $(if $(ROSTER),--roster $(ROSTER)) --executor $(EXECUTOR) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO))
+	$(PY) -m grader.cli grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(REGRADE),--regrade) $(if $(SANDBOX),--sandbox $(SANDBOX)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO))
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
 # GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: Gradescope's

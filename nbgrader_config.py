@@ -11,8 +11,11 @@ c.CourseDirectory.course_id = "torch-compile"
 # (from the current folder) after /etc/jupyter/nbgrader_config.py, so this line wins over a
 # c.Exchange.root set there: set COURSE_EXCHANGE in the server's environment instead.
 c.Exchange.root = os.environ.get("COURSE_EXCHANGE") or "/usr/local/share/nbgrader/exchange"
-# Compiling is slow on a first call: give each cell far more than nbgrader's 30 s default.
-c.ExecutePreprocessor.timeout = 600
+# Compiling is slow on a first call: give each cell far more than nbgrader's 30 s default (the
+# same limit as `make grade`'s, declared once in grader/cohort/settings.py).
+from grader.cohort.settings import DEFAULTS  # noqa: E402
+
+c.ExecutePreprocessor.timeout = DEFAULTS.cell_timeout_s
 # --- Autograde: nbgrader's default steps, in its order, with two of ours --------------------
 # Formgrader's autograde (`make lab`) and `make grade` both run this chain. RobustExecute is
 # nbgrader's Execute made to survive a kernel that dies (and, during `make grade`, to start the

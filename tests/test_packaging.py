@@ -75,6 +75,49 @@ def test_every_makefile_target_runs_the_grader_through_one_cli_with_help_for_eac
         assert f"grader.cli {verb}" in out.stdout or f" {verb} " in out.stdout, (verb, out.stdout)
 
 
+def test_each_grade_setting_is_declared_once_and_make_passes_only_what_the_user_set():
+    """`make grade`'s options come from one declaration (GradeSettings: default and help per
+    field); the Makefile adds an option only when its variable is set, so no default is written
+    twice; the course's nbgrader config reads the cell timeout from the same place."""
+    import dataclasses
+
+    from grader.cohort import settings
+
+    out = subprocess.run([sys.executable, "-m", "grader.cli", "grade", "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for field in dataclasses.fields(settings.GradeSettings):
+        flag = field.metadata["flag"] or "--" + field.name.replace("_", "-")
+        assert flag in out.stdout and field.metadata["help"], field.name
+    parsed = settings.from_arguments(_grade_parser().parse_args([]))
+    assert parsed == settings.DEFAULTS
+    parsed = settings.from_arguments(_grade_parser().parse_args(
+        ["--assignment", "ps1", "--assignment", "ps2", "--workers", "2", "--regrade"]))
+    assert (parsed.assignments, parsed.workers, parsed.regrade) == (("ps1", "ps2"), 2, True)
+
+    def dry_run(*variables):
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("WORKERS", "SANDBOX", "EXECUTOR", "ASSIGNMENT", "DEMO", "REGRADE")}
+        done = subprocess.run(["make", "-n", "-W", ".venv/.setup-done", "grade", *variables],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        return done.stdout.strip().splitlines()[-1].split()
+
+    assert dry_run()[-2:] == ["grader.cli", "grade"]
+    assert dry_run("WORKERS=2", "SANDBOX=off")[-4:] == ["--workers", "2", "--sandbox", "off"]
+    config = open(os.path.join(ROOT, "nbgrader_config.py")).read()
+    assert "DEFAULTS.cell_timeout_s" in config and "timeout = 600" not in config
+
+
+def _grade_parser():
+    import argparse
+
+    from grader.cohort import settings
+
+    parser = argparse.ArgumentParser()
+    settings.add_arguments(parser)
+    return parser
+
+
 def test_venv_and_student_data_are_ignored_by_git():
     ignored = open(os.path.join(ROOT, ".gitignore")).read().split()
     for entry in (".venv/", "submitted/", "autograded/", "feedback/", "gradebook.db"):

@@ -32,8 +32,6 @@ that runs learner code — in the sandbox (:mod:`grader.cohort.kernel`), and its
 ``ApplyPipelineScores`` step puts the pipeline's points on the test cells. Learner code sees
 neither the course nor the gradebook nor ``source/``.
 """
-# A little over 400 lines: main() declares every option of `make grade` with its help, and the
-# steps share the Run; each step's work is in its own module (above).
 from __future__ import annotations
 
 import argparse
@@ -48,10 +46,8 @@ from grader.cohort import assign, files
 from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
 from grader.cohort.collect import Submission, scan, zip_collect
 from grader.cohort.merge import Outcome, already_graded, merge, merge_attempt, unreadable_reason
+from grader.cohort.settings import DEFAULTS, add_arguments, from_arguments
 from grader.isolation import sandbox
-
-DEFAULT_TIMEOUT_S = 20 * 60
-DEFAULT_MEMORY_BYTES = 10 * 1024 ** 3
 
 
 @dataclasses.dataclass
@@ -60,12 +56,13 @@ class Run:
 
     course: str
     assignments: list[str]
-    workers: int = 1
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    memory_bytes: int = DEFAULT_MEMORY_BYTES
-    cell_timeout_s: int = 600
-    sandbox: str = "auto"
-    regrade: bool = False
+    # The options of grader.cohort.settings.GradeSettings (defaults and help declared there).
+    workers: int = DEFAULTS.workers
+    timeout_s: float = DEFAULTS.timeout_s
+    memory_bytes: int = DEFAULTS.run_options()["memory_bytes"]
+    cell_timeout_s: int = DEFAULTS.cell_timeout_s
+    sandbox: str = DEFAULTS.sandbox
+    regrade: bool = DEFAULTS.regrade
     demo: bool = False
     demo_students: list[str] | None = None  # the demo personas to grade (default: the first run's)
     subject_timeout_s: float | None = None  # per judge job (default: the problem's own)
@@ -75,8 +72,8 @@ class Run:
     judges: list = dataclasses.field(default_factory=list)    # one JudgeProcess per worker
     judge_dir: str = ""                                        # their logs and compiler cache
     prepare_seconds: float = 0.0
-    executor: str = "local"  # 'local' (worker threads here) or 'ray' (grader.cohort.distributed)
-    ray_address: str = ""    # a running Ray cluster; empty: RAY_ADDRESS, else a local instance
+    executor: str = DEFAULTS.executor  # 'local' (worker threads) or 'ray' (cohort.distributed)
+    ray_address: str = DEFAULTS.ray_address  # empty: RAY_ADDRESS, else a local instance
     ray: object = None       # the RayExecutor, once started
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
@@ -85,7 +82,7 @@ class Run:
     roster: str = ""         # Canvas's gradebook export: names, sections, assignment ids
     canvas_assignments: str = ""   # nbgrader -> Canvas assignment names (default: the course's
                                    # canvas-assignments.csv, when there is one)
-    canvas_per_question: bool = False   # read-only per-question columns in reports/canvas.csv
+    canvas_per_question: bool = DEFAULTS.canvas_per_question  # per-question columns
     canvas_path: str = ""
     started: float = dataclasses.field(default_factory=time.monotonic)
 
@@ -393,56 +390,9 @@ def exit_status(run: Run) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--course", default=".", help="the nbgrader course folder")
-    parser.add_argument("--assignment", action="append", default=None,
-                        help="grade only this assignment (repeatable; default: all in source/)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="submissions graded at once (on a GPU box: one per GPU)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                        help="seconds allowed per submission before it is stopped and scored 0")
-    parser.add_argument("--memory-gb", type=float, default=DEFAULT_MEMORY_BYTES / 1024 ** 3,
-                        help="address-space limit per submission process on CPU, in GiB")
-    parser.add_argument("--cell-timeout", type=int, default=600,
-                        help="seconds allowed per notebook cell (nbgrader's Execute.timeout)")
-    parser.add_argument("--sandbox", choices=["auto", "bwrap", "off"], default="auto",
-                        help="isolate learner code with bubblewrap, tried for real first. auto "
-                             "and bwrap: where it cannot run, real submissions are not graded "
-                             "(the demo cohort runs without it under auto); off: no sandbox "
-                             "(learner code can read this machine's files)")
-    parser.add_argument("--roster", default=None,
-                        help="Canvas's gradebook export (Grades > Export), for names, sections "
-                             "and assignment ids in reports/canvas.csv (default: "
-                             f"{files.ROSTER} in the course folder, when there is one)")
-    parser.add_argument("--canvas-assignments", default=None,
-                        help="CSV nbgrader,canvas mapping nbgrader's assignment names to Canvas's "
-                             f"(default: {files.ASSIGNMENT_MAP} in the course folder, when there is one)")
-    parser.add_argument("--canvas-per-question", action="store_true",
-                        help="add a read-only column per graded cell to reports/canvas.csv")
-    parser.add_argument("--executor", choices=["local", "ray"], default="local",
-                        help="local: --workers submissions at once on this machine; ray: each "
-                             "submission a Ray task (one CPU, and one whole GPU on GPU nodes), "
-                             "on --ray-address or a local Ray instance")
-    parser.add_argument("--ray-address", default="",
-                        help="a running Ray cluster (ray start --head prints it; default: the "
-                             "RAY_ADDRESS variable, else a local instance is started)")
-    parser.add_argument("--demo-students", default="",
-                        help="when submitted/ is empty: grade only these demo students "
-                             "(comma-separated, e.g. ada_full,fay_crash), or all of them (all); "
-                             "default: all 8 in ps1, four in each other set")
-    parser.add_argument("--regrade", action="store_true",
-                        help="grade every submission again, even those already graded and "
-                             "unchanged (e.g. after fixing a test); grades are replaced, not added")
-    args = parser.parse_args(argv)
-    roster = args.roster
-    run = grade(args.course, args.assignment, workers=args.workers, timeout_s=args.timeout,
-                memory_bytes=int(args.memory_gb * 1024 ** 3), cell_timeout_s=args.cell_timeout,
-                sandbox=args.sandbox, regrade=args.regrade, executor=args.executor,
-                ray_address=args.ray_address,
-                demo_students=[x for x in args.demo_students.split(",") if x] or None,
-                roster=os.path.abspath(roster) if roster else "",
-                canvas_assignments=(os.path.abspath(args.canvas_assignments)
-                                    if args.canvas_assignments else ""),
-                canvas_per_question=args.canvas_per_question)
+    add_arguments(parser)   # every option from grader.cohort.settings.GradeSettings
+    settings = from_arguments(parser.parse_args(argv))
+    run = grade(settings.course, list(settings.assignments), **settings.run_options())
     return exit_status(run)
 
 

@@ -1,0 +1,105 @@
+"""What ``make grade`` can be told: every setting declared once, with its default and its help.
+
+:class:`GradeSettings` is the one declaration; the command line of ``python -m grader.cli grade``
+is built from its fields (:func:`add_arguments`), :class:`grader.cohort.grade.Run` takes its
+defaults from it, and the course's ``nbgrader_config.py`` reads the cell timeout from it. The
+Makefile passes only what the user set (``make grade WORKERS=2``), so a default lives here alone.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import Any
+
+from grader.cohort import files
+
+
+def setting(default: Any, help: str, *, flag: str | None = None, choices: tuple | None = None,
+            repeat: bool = False) -> Any:
+    """A field of :class:`GradeSettings`: its default, the help of its command-line option, and
+    the option's name when it is not the field's (``--timeout`` for ``timeout_s``)."""
+    return dataclasses.field(default=default, metadata={
+        "help": help, "flag": flag, "choices": choices, "repeat": repeat})
+
+
+@dataclasses.dataclass(frozen=True)
+class GradeSettings:
+    """The options of one ``make grade`` run."""
+
+    course: str = setting(".", "the nbgrader course folder")
+    assignments: tuple = setting((), "grade only this assignment (repeatable; default: all in "
+                                     "source/)", flag="--assignment", repeat=True)
+    workers: int = setting(1, "submissions graded at once (on a GPU box: one per GPU)")
+    timeout_s: float = setting(20 * 60.0, "seconds allowed per submission before it is stopped "
+                                          "and scored 0", flag="--timeout")
+    memory_gb: float = setting(10.0, "address-space limit per submission process on CPU, in GiB")
+    cell_timeout_s: int = setting(600, "seconds allowed per notebook cell (nbgrader's "
+                                       "Execute.timeout; compiling makes a first call slow)",
+                                  flag="--cell-timeout")
+    sandbox: str = setting("auto", "isolate learner code with bubblewrap, tried for real first. "
+                                   "auto and bwrap: where it cannot run, real submissions are not "
+                                   "graded (the demo cohort runs without it under auto); off: no "
+                                   "sandbox (learner code can read this machine's files)",
+                           choices=("auto", "bwrap", "off"))
+    roster: str = setting("", "Canvas's gradebook export (Grades > Export), for names, sections "
+                              "and assignment ids in reports/canvas.csv (default: "
+                              f"{files.ROSTER} in the course folder, when there is one)")
+    canvas_assignments: str = setting("", "CSV nbgrader,canvas mapping nbgrader's assignment "
+                                          "names to Canvas's (default: "
+                                          f"{files.ASSIGNMENT_MAP} in the course folder, when "
+                                          "there is one)")
+    canvas_per_question: bool = setting(False, "add a read-only column per graded cell to "
+                                               "reports/canvas.csv")
+    executor: str = setting("local", "local: --workers submissions at once on this machine; ray: "
+                                     "each submission a Ray task (one CPU, and one whole GPU on "
+                                     "GPU nodes), on --ray-address or a local Ray instance",
+                            choices=("local", "ray"))
+    ray_address: str = setting("", "a running Ray cluster (ray start --head prints it; default: "
+                                   "the RAY_ADDRESS variable, else a local instance is started)")
+    demo_students: str = setting("", "when submitted/ is empty: grade only these demo students "
+                                     "(comma-separated, e.g. ada_full,fay_crash), or all of them "
+                                     "(all); default: all 8 in ps1, four in each other set")
+    regrade: bool = setting(False, "grade every submission again, even those already graded and "
+                                   "unchanged (e.g. after fixing a test); grades are replaced, "
+                                   "not added")
+
+    def run_options(self) -> dict:
+        """The keyword arguments of :func:`grader.cohort.grade.grade` for these settings."""
+        def path(p: str) -> str:
+            return os.path.abspath(p) if p else ""
+
+        return {"workers": self.workers, "timeout_s": self.timeout_s,
+                "memory_bytes": int(self.memory_gb * 1024 ** 3),
+                "cell_timeout_s": self.cell_timeout_s, "sandbox": self.sandbox,
+                "regrade": self.regrade, "executor": self.executor,
+                "ray_address": self.ray_address,
+                "demo_students": [x for x in self.demo_students.split(",") if x] or None,
+                "roster": path(self.roster), "canvas_assignments": path(self.canvas_assignments),
+                "canvas_per_question": self.canvas_per_question}
+
+
+DEFAULTS = GradeSettings()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`GradeSettings`, with its default and help."""
+    for field in dataclasses.fields(GradeSettings):
+        meta = field.metadata
+        flag = meta["flag"] or "--" + field.name.replace("_", "-")
+        if meta["repeat"]:
+            parser.add_argument(flag, dest=field.name, action="append", default=None,
+                                help=meta["help"])
+        elif isinstance(field.default, bool):
+            parser.add_argument(flag, dest=field.name, action="store_true", help=meta["help"])
+        else:
+            parser.add_argument(flag, dest=field.name, type=type(field.default),
+                                default=field.default, choices=meta["choices"],
+                                help=f"{meta['help']} (default: {field.default!r})")
+
+
+def from_arguments(args: argparse.Namespace) -> GradeSettings:
+    """The settings an ``argparse`` namespace built by :func:`add_arguments` holds."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(GradeSettings)}
+    values["assignments"] = tuple(values["assignments"] or ())
+    return GradeSettings(**values)
