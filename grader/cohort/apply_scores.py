@@ -24,8 +24,9 @@ from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grader.cohort import files
+from grader import _environment as environment
 
-PIPELINE_FILE_ENV = "COURSE_PIPELINE_FILE"
+PIPELINE_FILE_ENV = environment.PIPELINE_FILE
 DISAGREED = ("Note: your notebook's own test output disagreed with the grader's measurement "
              "(it showed {shown}); the grade above is the grader's.")
 

@@ -19,6 +19,7 @@ import tempfile
 from typing import Iterable
 from grader._paths import REPO_ROOT
 from grader.cohort import files
+from grader import _environment as environment
 
 COURSE_ROOT = REPO_ROOT
 
@@ -29,7 +30,7 @@ def nbgrader_env() -> dict:
     env = dict(os.environ)
     bin_dir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
-    env.pop("COURSE_ROOT", None)
+    env.pop(environment.ROOT, None)
     return env
 
 

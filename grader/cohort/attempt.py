@@ -21,8 +21,9 @@ from grader.cohort import assign, files
 from grader.cohort.collect import Submission
 from grader.cohort.kernel import kernel_settings, short_runtime_dir
 from grader.isolation import sandbox
+from grader import _environment as environment
 
-UNSCREENED_FOR_TESTS_ENV = "COURSE_UNSCREENED_FOR_TESTS"  # tests only: students not screened
+UNSCREENED_FOR_TESTS_ENV = environment.UNSCREENED_FOR_TESTS  # tests only: students not screened
 
 
 @dataclasses.dataclass(frozen=True)

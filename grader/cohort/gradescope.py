@@ -47,6 +47,7 @@ import sys
 import time
 import zipfile
 from grader._paths import REPO_ROOT
+from grader import _environment as environment
 
 COURSE_ROOT = REPO_ROOT
 DEFAULT_ROOT = "/autograder"
@@ -58,7 +59,7 @@ HIDDEN_TESTS_MARKER = "### BEGIN HIDDEN TESTS"   # nbgrader's marker
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # Figures of `python -m grader.cli bench-gradescope --save`, read for the zip's README.
 MEASURED_FILE = "gradescope_measured.json"
-DEADLINE_ENV = "COURSE_AUTOGRADER_DEADLINE_S"
+DEADLINE_ENV = environment.AUTOGRADER_DEADLINE_S
 # Gradescope's default time limit ("We have a default overall timeout of 10 minutes",
 # gradescope-autograders.readthedocs.io, Troubleshooting), and what run_autograder keeps back
 # from it to stop, close its workers and write results.json itself.

@@ -23,8 +23,9 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import Type
 
 from grader.isolation import sandbox
+from grader import _environment as environment
 
-KERNEL_SANDBOX_ENV = "COURSE_KERNEL_SANDBOX"
+KERNEL_SANDBOX_ENV = environment.KERNEL_SANDBOX
 
 
 def kernel_settings(*, isolation: sandbox.Isolation, uid: int | None, runtime_dir: str,

@@ -31,17 +31,18 @@ from grader.checks.fusion import kernel_sources
 from grader.checks.targets import device_class
 from grader.checks.timing import Estimate, time_per_call
 from grader._paths import REPO_ROOT
+from grader import _environment as environment
 
 SIZES = ("full", "small", "ci")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-SIZE = os.environ.get("COURSE_SIZE") or ("full" if DEVICE == "cuda" else "small")
+SIZE = os.environ.get(environment.SIZE) or ("full" if DEVICE == "cuda" else "small")
 if SIZE not in SIZES:   # a typo in the environment must not stop a chapter's first cell
     import warnings
 
     warnings.warn(f"COURSE_SIZE={SIZE!r} is not one of {', '.join(SIZES)}: using the default for "
                   f"this device", stacklevel=2)
     SIZE = "full" if DEVICE == "cuda" else "small"
-RECORD_ENV = "COURSE_RECORD"
+RECORD_ENV = environment.RECORD
 _SESSION: list[dict] = []  # rows recorded in this process, whether or not COURSE_RECORD is set
 
 
@@ -575,7 +576,7 @@ def run_python(args: Sequence[str], *, env: dict | None = None, timeout: float =
     repo = REPO_ROOT
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = repo + os.pathsep + full_env.get("PYTHONPATH", "")
-    full_env.pop("COURSE_RECORD", None)
+    full_env.pop(environment.RECORD, None)
     full_env.update(env or {})
     start = time.monotonic()
     done = subprocess.run([sys.executable, *args], env=full_env, capture_output=True, text=True,

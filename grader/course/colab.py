@@ -14,6 +14,8 @@ notebook does not change mid-course when the default branch moves on.
 """
 from __future__ import annotations
 
+from grader import _environment as environment
+
 REPO_URL = "https://github.com/torch-compile-course/torch-compile-course"
 RELEASE = "v0.1.0"   # a git tag (or commit) of REPO_URL: "v" + pyproject.toml's version
 PIP_SOURCE = f"git+{REPO_URL}.git@{RELEASE}"
@@ -30,7 +32,7 @@ INSTALL_CELL = f'''\
 # Course setup. On Google Colab this installs the course's `grader` package, release {RELEASE}
 # (torch, torchvision and matplotlib are already there); with `make lab` there is nothing to do.
 import os, sys, subprocess
-if "google.colab" in sys.modules or os.environ.get("COURSE_PIP_SOURCE"):
+if "google.colab" in sys.modules or os.environ.get("{environment.PIP_SOURCE}"):
     from importlib.metadata import version, PackageNotFoundError
     def _have(name):
         try:
@@ -47,7 +49,7 @@ if "google.colab" in sys.modules or os.environ.get("COURSE_PIP_SOURCE"):
               "    %pip install -q 'torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}' torchvision torchaudio\\n"
               "then restart the session (Runtime menu) and run this notebook from the top.")
         raise SystemExit("stopped before installing anything: see the message above")
-    source = os.environ.get("COURSE_PIP_SOURCE", "{PIP_SOURCE}")
+    source = os.environ.get("{environment.PIP_SOURCE}", "{PIP_SOURCE}")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", source], check=True)
 import torch
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -39,10 +39,12 @@ import sys
 import threading
 import time
 
+from grader import _environment as environment
+
 GIB = 1024 ** 3
 # Unprivileged user ids for sandboxes started by root: far above real users and the ranges
 # systemd and container runtimes hand out. One per concurrent sandbox.
-UID_BASE = int(os.environ.get("COURSE_SANDBOX_UID_BASE", "1990000000"))
+UID_BASE = int(os.environ.get(environment.SANDBOX_UID_BASE, "1990000000"))
 # Variables a sandboxed process may inherit (names, or prefixes ending in "_"): locale, CUDA
 # and the library path a GPU driver may need. Everything else is dropped.
 ENV_PASSTHROUGH = ("LANG", "LC_", "TZ", "LD_LIBRARY_PATH", "CUDA_", "NVIDIA_", "CC", "CXX")
@@ -50,8 +52,8 @@ ENV_PASSTHROUGH = ("LANG", "LC_", "TZ", "LD_LIBRARY_PATH", "CUDA_", "NVIDIA_", "
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group",
              "nsswitch.conf", "localtime", "os-release")
 # Extra read-only paths for unusual installs (a compiler or CUDA outside /usr), colon-separated.
-EXTRA_READ_ONLY_ENV = "COURSE_SANDBOX_READ_ONLY"
-TOKEN_ENV = "COURSE_SANDBOX_TOKEN"
+EXTRA_READ_ONLY_ENV = environment.SANDBOX_READ_ONLY
+TOKEN_ENV = environment.SANDBOX_TOKEN
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ import zipfile
 
 from grader._paths import REPO_ROOT
 from grader.cohort.gradescope import MEASURED_FILE, build_autograder, installed_torch_pins
+from grader import _environment as environment
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -96,7 +97,7 @@ def measure(assignment: str, *, cpus: int | None = None, interval: float = 0.1,
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor-cache"),
                    TRITON_CACHE_DIR=os.path.join(folder, "triton-cache"))
         env.pop("PYTHONPATH", None)
-        env.pop("COURSE_ROOT", None)
+        env.pop(environment.ROOT, None)
         cores = sorted(os.sched_getaffinity(0))[:cpus] if cpus else None
         started = time.monotonic()
         proc = subprocess.Popen(["bash", os.path.join(root, "run_autograder")], cwd=root, env=env,

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from grader._paths import REPO_ROOT
+from grader import _environment as environment
 
 REPO = REPO_ROOT
 NOTEBOOKS = os.path.join(REPO, "notebooks")
@@ -39,16 +40,16 @@ def execute_chapter(path: str, *, size: str = "ci", record: str | None = None,
 
     nb = nbformat.read(path, as_version=4)
     env = dict(os.environ)
-    env["COURSE_SIZE"] = size
+    env[environment.SIZE] = size
     # The kernel must import this checkout's grader and the venv's torch.
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env.pop("COURSE_PIP_SOURCE", None)  # never pip-install from inside a test run
+    env.pop(environment.PIP_SOURCE, None)  # never pip-install from inside a test run
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     if record:
-        env["COURSE_RECORD"] = record
+        env[environment.RECORD] = record
     else:
-        env.pop("COURSE_RECORD", None)
+        env.pop(environment.RECORD, None)
     env.update(extra_env or {})
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name,
                             resources={"metadata": {"path": os.path.dirname(path)}})

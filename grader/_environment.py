@@ -1,0 +1,45 @@
+"""Every environment variable the course reads, with its meaning: the one place to look them up.
+
+Modules import the names from here instead of spelling the strings; the release's
+``nbgrader_config.py`` (shipped to students, who may not have this package) spells its two itself.
+"""
+
+# --- Set by a person ----------------------------------------------------------------------------
+SIZE = "COURSE_SIZE"
+"""Chapter sizes: ``full`` (default on CUDA), ``small`` (default on CPU) or ``ci`` (tiny shapes)."""
+RECORD = "COURSE_RECORD"
+"""A JSON file the chapters append their measured figures to (``make gpu-check``, the tests)."""
+ROOT = "COURSE_ROOT"
+"""The nbgrader course folder, where it is not found above the notebook (self-check)."""
+PIP_SOURCE = "COURSE_PIP_SOURCE"
+"""Where a notebook's setup cell pip-installs the course from (default: the course's git URL);
+also makes the cell install outside Colab (the Colab runtime tests)."""
+EXCHANGE = "COURSE_EXCHANGE"
+"""nbgrader's exchange folder on a JupyterHub (read by both nbgrader configs; docs/jupyterhub.md)."""
+HUB_MULTI_COURSE = "COURSE_HUB_MULTI_COURSE"
+"""``1``: several courses on one hub (read by the release's nbgrader config; docs/jupyterhub.md)."""
+SANDBOX_UID_BASE = "COURSE_SANDBOX_UID_BASE"
+"""The first of the user ids given to sandboxed learner processes when grading as root."""
+
+# --- Set by the grader for its own child processes ----------------------------------------------
+SANDBOX_READ_ONLY = "COURSE_SANDBOX_READ_ONLY"
+"""Extra folders a sandboxed process may read (``os.pathsep``-separated)."""
+SANDBOX_TOKEN = "COURSE_SANDBOX_TOKEN"
+"""A per-run token in every learner process's environment, by which leftovers are found and
+killed where there is no sandbox."""
+PIPELINE_FILE = "COURSE_PIPELINE_FILE"
+"""The pipeline's points for one submission, read by nbgrader's ApplyPipelineScores step."""
+PIPELINE_RESULTS = "COURSE_PIPELINE_RESULTS"
+"""The pipeline's results that a test cell shows while nbgrader runs the notebook (it decides
+nothing)."""
+KERNEL_SANDBOX = "COURSE_KERNEL_SANDBOX"
+"""How nbgrader's kernel for a submission is started in the sandbox (JSON, from make grade)."""
+AUTOGRADER_DEADLINE_S = "COURSE_AUTOGRADER_DEADLINE_S"
+"""Gradescope: seconds after which run_autograder stops itself and writes results.json."""
+
+# --- Tests only -----------------------------------------------------------------------------------
+UNSCREENED_FOR_TESTS = "COURSE_UNSCREENED_FOR_TESTS"
+"""Students whose code skips the static screen (the attack tests run attacker code unscreened)."""
+
+ALL = {name: value for name, value in dict(globals()).items() if name.isupper()}
+"""Every variable above, by its name here."""
