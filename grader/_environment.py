@@ -22,6 +22,9 @@ SANDBOX_UID_BASE = "COURSE_SANDBOX_UID_BASE"
 """The first of the user ids given to sandboxed learner processes when grading as root."""
 
 # --- Set by the grader for its own child processes ----------------------------------------------
+# nbgrader's steps (ApplyPipelineScores, RobustExecute's kernel) take these from the environment,
+# not as traits on nbgrader's command line: a process's environment is readable only by its own
+# user, its command line (/proc/PID/cmdline) by every user, learner code without a sandbox included.
 SANDBOX_READ_ONLY = "COURSE_SANDBOX_READ_ONLY"
 """Extra folders a sandboxed process may read (``os.pathsep``-separated)."""
 SANDBOX_TOKEN = "COURSE_SANDBOX_TOKEN"
