@@ -19,11 +19,11 @@ import json
 import os
 
 from nbformat.notebooknode import NotebookNode
-from nbgrader import utils
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from grader.cohort import files
+from grader.isolation.source import is_autograded_test_cell
 from grader import _environment as environment
 
 PIPELINE_FILE_ENV = environment.PIPELINE_FILE
@@ -49,7 +49,7 @@ class ApplyPipelineScores(NbGraderPreprocessor):
         db = resources["nbgrader"]
         with Gradebook(db["db_url"]) as gb:
             for cell in nb.cells:
-                if utils.is_grade(cell) and not utils.is_solution(cell) and cell.cell_type == "code":
+                if is_autograded_test_cell(cell):
                     self._apply(gb, cell, db)
             gb.db.commit()
         record = os.environ.get(PIPELINE_FILE_ENV) + files.DISAGREEMENTS_SUFFIX

@@ -48,6 +48,7 @@ import time
 import zipfile
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
+from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
 
 COURSE_ROOT = REPO_ROOT
 DEFAULT_ROOT = "/autograder"
@@ -328,9 +329,9 @@ def cell_info(source_notebook: str) -> dict[str, dict]:
         nb = json.load(fh)
     info = {}
     for cell in nb.get("cells", []):
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
+        if not is_autograded_test_cell(cell):
             continue
+        meta = nbgrader_meta(cell)
         text = _cell_text(cell)
         comment = next((line.lstrip("# ").strip() for line in text.splitlines()
                         if line.startswith("#")), "")
@@ -347,8 +348,8 @@ def _manual_cells(source_notebook: str) -> list[tuple[str, float]]:
         nb = json.load(fh)
     out = []
     for cell in nb.get("cells", []):
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        if meta.get("grade") and (meta.get("solution") or cell.get("cell_type") != "code"):
+        meta = nbgrader_meta(cell)
+        if meta.get("grade") and not is_autograded_test_cell(cell):
             out.append((meta["grade_id"], float(meta.get("points", 0))))
     return out
 

@@ -25,7 +25,7 @@ from typing import Callable
 from grader.checks.results import Status
 from grader.isolation.check import score_cell
 from grader.problems import get_problem, public_names, test_cells
-from grader.isolation.source import solution_cells
+from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solution_cells
 
 
 @dataclasses.dataclass
@@ -166,9 +166,9 @@ def declared_test_cells_problems(source_notebook: str, assignment: str) -> list[
     declared = test_cells(assignment)
     problems, seen = [], set()
     for cell in nb["cells"]:
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        if not meta.get("grade") or meta.get("solution") or cell.get("cell_type") != "code":
+        if not is_autograded_test_cell(cell):
             continue
+        meta = nbgrader_meta(cell)
         grade_id = meta.get("grade_id")
         seen.add(grade_id)
         if grade_id not in declared:

@@ -18,13 +18,10 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from nbclient import NotebookClient
 
+from grader.isolation.source import is_autograded_test_cell
+
 DIED = ("the kernel died while running this cell (the code exited the process, crashed, or "
         "ran out of memory); cells after it ran in a fresh kernel")
-
-
-def _is_test_cell(cell) -> bool:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return bool(meta.get("grade")) and not meta.get("solution")
 
 
 def _errored(cell) -> bool:
@@ -60,7 +57,7 @@ class RobustExecute(Execute):
                     while index < len(cells):
                         cell = cells[index]
                         self.preprocess_cell(cell, resources, index)
-                        if cell.get("cell_type") == "code" and not _is_test_cell(cell) \
+                        if cell.get("cell_type") == "code" and not is_autograded_test_cell(cell) \
                                 and not _errored(cell):
                             replay.append(index)
                         index += 1

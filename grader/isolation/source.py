@@ -107,6 +107,20 @@ def _label_for(filename: str) -> str:
     return label.rsplit(", line", 1)[0]
 
 
+def nbgrader_meta(cell) -> dict:
+    """A notebook cell's nbgrader metadata (``{}`` when it has none); ``cell`` as JSON or as a
+    ``NotebookNode``."""
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def is_autograded_test_cell(cell) -> bool:
+    """Is this an autograded test cell: a graded code cell that is not a solution (nbgrader's
+    ``grade: true, solution: false``; a graded solution cell is a written answer)?"""
+    meta = nbgrader_meta(cell)
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) \
+        and not meta.get("solution")
+
+
 def solution_cells(notebook_path: str, grade_ids: Iterable[str] | None = None) -> list[Cell]:
     """The solution cells (nbgrader ``solution: true``) of a notebook, optionally only those with
     the given ``grade_id``s, labelled "cell N" by their position (1-based).
@@ -122,7 +136,7 @@ def solution_cells(notebook_path: str, grade_ids: Iterable[str] | None = None) -
     wanted = set(grade_ids) if grade_ids is not None else None
     cells = []
     for number, cell in enumerate(raw_cells, start=1):
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        meta = nbgrader_meta(cell)
         if cell.get("cell_type") != "code" or not meta.get("solution"):
             continue
         if wanted is not None and meta.get("grade_id") not in wanted:
