@@ -93,3 +93,12 @@ def test_an_inconclusive_verdict_is_flagged_for_review_not_paid(tmp_path):
     json.dump(data, open(path, "w"))
     page = open(report.write_report(course, [outcome], os.path.join(course, "reports"))).read()
     assert "Flagged for review" in page and "ps9-q1-speed" in page
+
+
+def test_markdown_tables_have_one_row_per_item_and_escape_bars():
+    """Every Markdown table (benchmarks, chapters' claims, Gradescope figures) is written by one
+    function: a header, a rule, one line per row, a `|` inside a cell kept inside it."""
+    from grader.checks.tables import markdown_table
+
+    text = markdown_table(["set", "time"], [["ps1", 3], ["a|b", "4 s"]])
+    assert text.splitlines() == ["| set | time |", "|---|---|", "| ps1 | 3 |", "| a\\|b | 4 s |"]

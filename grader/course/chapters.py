@@ -32,6 +32,7 @@ from grader.checks.targets import device_class
 from grader.checks.timing import Estimate, time_per_call
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
+from grader.checks.tables import markdown_table
 
 SIZES = ("full", "small", "ci")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -310,13 +311,10 @@ def claims_table(rows: Sequence[dict] | None = None) -> str:
     """Markdown table of recorded rows: chapter, measurement, measured figure, seed's claim,
     device, size."""
     rows = load_records() if rows is None else rows
-    lines = ["| chapter | measurement | measured | seed's claim | device | size | torch |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        cells = [r["chapter"], r["name"], _fmt(r), r.get("claim") or "—", r["device"],
-                 r["size"], r.get("torch", "")]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
+    return markdown_table(
+        ["chapter", "measurement", "measured", "seed's claim", "device", "size", "torch"],
+        [[r["chapter"], r["name"], _fmt(r), r.get("claim") or "—", r["device"], r["size"],
+          r.get("torch", "")] for r in rows])
 
 
 def show_claims(chapter: str | None = None) -> None:

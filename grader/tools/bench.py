@@ -25,6 +25,7 @@ from grader.checks.targets import SpeedTarget, default_device, device_class, jud
 from grader.checks.timing import compare, first_call_seconds
 from grader.course.workloads import build
 from grader._paths import REPO_ROOT
+from grader.checks.tables import markdown_table
 
 
 class _Broken(torch.nn.Module):
@@ -43,9 +44,7 @@ class _Broken(torch.nn.Module):
 
 
 def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown_table(header, rows)
 
 
 def _progress(text: str) -> None:

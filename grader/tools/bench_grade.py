@@ -21,6 +21,7 @@ import time
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
 from grader._paths import REPO_ROOT
+from grader.checks.tables import markdown_table
 
 REPO = REPO_ROOT
 
@@ -96,11 +97,10 @@ def _estimate(rows: list, worker_counts: list[int], students: int) -> str:
              f"machine grades {per_node_hour:.0f} submissions an hour. Wall time = "
              f"{total:,} / (nodes x {per_node_hour:.0f}) hours, plus the once-per-run "
              f"preparation (the 'prepare s' column, per set) and Ray's overhead per submission "
-             f"(its column) divided by the tasks running at once:\n",
-             "| nodes like this one | wall time |", "|---|---|"]
-    for nodes in (1, 10, 50):
-        hours = total / (nodes * per_node_hour)
-        lines.append(f"| {nodes} | {hours:.1f} h ({hours * 60:.0f} min) |")
+             f"(its column) divided by the tasks running at once:\n"]
+    hours = {nodes: total / (nodes * per_node_hour) for nodes in (1, 10, 50)}
+    lines.append(markdown_table(["nodes like this one", "wall time"],
+                                [[n, f"{h:.1f} h ({h * 60:.0f} min)"] for n, h in hours.items()]))
     lines.append("\nOn GPU nodes each task holds one whole GPU: the wall time is the submissions "
                  "times the seconds per submission there, divided by the number of GPUs; this "
                  "file has no GPU figure until `make bench-grade` runs on one.")
@@ -156,11 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     header = ["problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
               "later s/submission (median)", "prepare s (once)", "total s", "submissions/min",
               "Ray overhead s/submission", "scores"]
-    table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                      + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    table = markdown_table(header, rows)
     parts_header = ["problem set", "prepared once per run"] + list(PARTS) + ["total"]
-    parts_table = "\n".join(["| " + " | ".join(parts_header) + " |", "|" + "---|" * len(parts_header)]
-                            + ["| " + " | ".join(r) + " |" for r in breakdown])
+    parts_table = markdown_table(parts_header, breakdown)
     text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
             f"{time.strftime('%Y-%m-%d %H:%M')}\n\nEach submission is graded in its own course copy "
             f"and the learner's code runs in a sandboxed subject process of its own; what later "

@@ -33,6 +33,7 @@ import zipfile
 from grader._paths import REPO_ROOT
 from grader.cohort.gradescope import MEASURED_FILE, build_autograder, installed_torch_pins
 from grader import _environment as environment
+from grader.checks.tables import markdown_table
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -131,12 +132,10 @@ def measure(assignment: str, *, cpus: int | None = None, interval: float = 0.1,
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| set | wall time of run_autograder | peak memory (process tree RSS) | score |",
-             "|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['assignment']} | {r['wall_s']:.0f} s | {r['peak_rss_mb']} MB | "
-                     f"{r['score']:g} / {r['max_score']:g} |")
-    return "\n".join(lines)
+    return markdown_table(
+        ["set", "wall time of run_autograder", "peak memory (process tree RSS)", "score"],
+        [[r["assignment"], f"{r['wall_s']:.0f} s", f"{r['peak_rss_mb']} MB",
+          f"{r['score']:g} / {r['max_score']:g}"] for r in rows])
 
 
 def main(argv: list[str] | None = None) -> int:

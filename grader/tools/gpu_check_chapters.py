@@ -18,6 +18,7 @@ import tempfile
 import time
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
+from grader.checks.tables import markdown_table
 
 REPO = REPO_ROOT
 NOTEBOOKS = os.path.join(REPO, "notebooks")
@@ -93,8 +94,8 @@ def run_all(out: str, *, size: str = "full", notebooks: list[str] | None = None,
         "The seed's speedups (claims 4 and 10) are GPU claims; every measured figure comes "
         "from this run.", "",
         claims_table(rows), "",
-        "| chapter | seconds | status |", "|---|---|---|",
-        *[f"| {n} | {s:.0f} | {st} |" for n, s, st in timings], ""])
+        markdown_table(["chapter", "seconds", "status"],
+                       [[n, f"{s:.0f}", st] for n, s, st in timings]), ""])
     with open(out, "w") as fh:
         fh.write(text)
     with open(os.path.splitext(out)[0] + ".json", "w") as fh:
