@@ -83,30 +83,19 @@ DEMO_SOLUTIONS["ps2"] = {
 # --- ps3 --------------------------------------------------------------------------------
 # ("partial": question 1 only, the default.)
 DEMO_SOLUTIONS["ps3"] = {
-    # The right choices, but forward runs the network four times and keeps one result.
-    "slow": {"ps3-q1-solution": '''class ShortJobMLP(TinyMLP):
-    compile_mode = "none"
-
-    def forward(self, x):
-        y = super().forward(x)
-        for _ in range(3):
-            y = y + 0.0 * super().forward(x + 1.0)   # wasted work
-        return y
-
-
-class LongJobMLP(ShortJobMLP):
-    compile_mode = "reduce-overhead"
+    # A valid rule that never compiles: right for the short jobs, slow for the long ones.
+    "slow": {"ps3-q1-solution": '''class JobPlanner:
+    @staticmethod
+    def mode_for(calls: int, device: str) -> str:
+        return "none"   # never pays a compile
 '''},
-    # Compiles both jobs (the short one cannot win its compile back), and the outputs are scaled.
-    "wrong": {"ps3-q1-solution": '''class ShortJobMLP(TinyMLP):
-    compile_mode = "default"
-
-    def forward(self, x):
-        return super().forward(x) * 1.01
-
-
-class LongJobMLP(ShortJobMLP):
-    compile_mode = "default"
+    # The break-even formula with its units mixed up (microseconds saved against seconds of
+    # compile), so it compiles every job, short ones too.
+    "wrong": {"ps3-q1-solution": '''class JobPlanner:
+    @staticmethod
+    def mode_for(calls: int, device: str) -> str:
+        saved_us, compile_s = 140 - 55, 5.0
+        return "reduce-overhead" if calls * saved_us > compile_s else "none"
 '''},
 }
 

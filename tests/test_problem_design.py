@@ -6,7 +6,11 @@ and its subject (the timed checks left out where the verdict does not depend on 
 - ps2's two-line library answer (F.group_norm, then the tanh-GELU) is not credited for fusion or
   speed: a library norm skips writing the statistics, which is the lesson;
 - ps6's "static history" step (write the token into a buffer, recompute every position, select
-  one) is one graph that compiles once, but it does ~60x the reference's work a step: not timed.
+  one) is one graph that compiles once, but it does ~60x the reference's work a step: not timed;
+- ps3's job rule is graded on hidden sizes around this machine's break-even: "always compile"
+  and "never compile" earn only the jobs on their side, the break-even rule earns all four, and
+  a rule that raises or returns anything but a mode earns nothing (the figures are the judge's
+  own measurement; here synthetic ones stand in for it, so the tests need no compile).
 """
 from __future__ import annotations
 
@@ -14,9 +18,11 @@ import os
 
 import pytest
 
+from grader.checks import targets
+from grader.isolation import judge as judge_module
 from grader.isolation.check import Evaluation, job_for, score_cell
-from grader.isolation.judge import Judge
-from grader.isolation.source import Cell
+from grader.isolation.judge import JobFigures, Judge
+from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem
 from grader.problems import test_cells as declared_test_cells
 
@@ -132,3 +138,93 @@ def test_ps4s_two_line_deletion_is_not_enough(judge):
                                  "class FastGPT(TinyGPT):\n    compile_dynamic = True\n\n")
     results = grade(judge, ["ps4.q1", "ps4.q1lengths"], fixed, checks[:4])
     assert all(c["ok"] for c in results["ps4.q1"]["checks"].values()), results["ps4.q1"]["checks"]
+
+
+# ps3 q1: synthetic figures in the shape of this CPU's (a cold compile of ~5 s, 140 us a call
+# eager, ~55 us compiled: B ~ 59,000 calls), with a little spread between trials.
+FIRST_S = {"none": 0.002, "default": 5.0, "reduce-overhead": 4.8, "max-autotune": 5.1,
+           "max-autotune-no-cudagraphs": 5.0}
+PER_CALL_S = {"none": 140e-6, "default": 55e-6, "reduce-overhead": 54e-6, "max-autotune": 53e-6,
+              "max-autotune-no-cudagraphs": 56e-6}
+
+
+def _figures(first: dict, per_call: dict) -> JobFigures:
+    samples = {m: [s * (1 + 0.01 * ((i % 5) - 2)) for i in range(21)] for m, s in per_call.items()}
+    calls, best = targets.break_even(samples, first, "none")
+    return JobFigures(dict(first), samples, calls, best)
+
+
+@pytest.fixture
+def ps3_judge(monkeypatch):
+    monkeypatch.setattr(judge_module, "measure_jobs",
+                        lambda problem, device: _figures(FIRST_S, PER_CALL_S))
+    return Judge()
+
+
+def _rule(body: str) -> str:
+    return ("class JobPlanner:\n    @staticmethod\n"
+            "    def mode_for(calls: int, device: str) -> str:\n"
+            + "".join(f"        {line}\n" for line in body.splitlines()))
+
+
+REFERENCE_PS3 = solution_cells(os.path.join(ROOT, "source", "ps3", "ps3.ipynb"),
+                               ["ps3-q1-solution"])[0].source
+
+
+@pytest.mark.parametrize("name, source, short, long", [
+    ("the reference's break-even rule", REFERENCE_PS3, 2, 2),
+    ("never compile", _rule('return "none"'), 2, 0),
+    ("always compile", _rule('return "default"'), 0, 2),
+    ("always max-autotune", _rule('return "max-autotune"'), 0, 2),
+])
+def test_ps3_rule_earns_the_jobs_it_gets_right(ps3_judge, name, source, short, long):
+    result = grade(ps3_judge, ["ps3.q1"], source)["ps3.q1"]
+    assert result["status"] == "ok", result
+    evaluations = {"ps3.q1": Evaluation(get_problem("ps3.q1"), result)}
+    cells = declared_test_cells("ps3")
+    scores = {g: score_cell(cells[g], evaluations) for g in ("ps3-q1-correctness",
+                                                            "ps3-q1-short", "ps3-q1-long")}
+    assert [s.points for s in scores.values()] == [1, short, long], \
+        {g: s.text for g, s in scores.items()}
+    # the feedback names each job, the choice, and every choice's total
+    text = scores["ps3-q1-long"].text
+    assert "break-even: compiling pays after" in text and "totals: none" in text, text
+    assert text.count("your rule chose") == 2 and "(long)" in text
+
+
+def test_ps3_hidden_jobs_are_drawn_fresh_around_the_break_even(ps3_judge):
+    figures = _figures(FIRST_S, PER_CALL_S)
+    b = figures.break_even
+    seen = []
+    for _ in range(2):
+        result = grade(ps3_judge, ["ps3.q1"], _rule('return "none"'))["ps3.q1"]
+        jobs = result["checks"]["job"]["jobs"]
+        assert [j["part"] for j in jobs] == ["short", "short", "long", "long"]
+        for j in jobs:
+            low, high = (b / 30, b / 4) if j["part"] == "short" else (4 * b, 30 * b)
+            assert low - 1 <= j["calls"] <= high + 1, (j, b)
+        seen.append([j["calls"] for j in jobs])
+    assert seen[0] != seen[1]          # drawn from fresh seeds for every submission
+
+
+@pytest.mark.parametrize("body, said", [
+    ('return "fast" if calls > 100_000 else "none"', "returned 'fast'"),
+    ("return None", "returned a NoneType"),
+    ("return 1 / 0", "ZeroDivisionError"),
+])
+def test_ps3_rule_that_raises_or_answers_no_mode_scores_nothing(ps3_judge, body, said):
+    result = grade(ps3_judge, ["ps3.q1"], _rule(body))["ps3.q1"]
+    assert result["status"] == "learner_error", result
+    assert said in result["message"], result["message"]
+    assert points("ps3", {"ps3.q1": result}) == 0
+
+
+def test_ps3_where_compiling_never_pays_every_right_answer_is_eager(monkeypatch):
+    slower = {m: (140e-6 if m == "none" else 150e-6) for m in PER_CALL_S}
+    monkeypatch.setattr(judge_module, "measure_jobs",
+                        lambda problem, device: _figures(FIRST_S, slower))
+    results = grade(Judge(), ["ps3.q1"], _rule('return "none"'))
+    message = results["ps3.q1"]["checks"]["job"]["message"]
+    assert "no compile mode is faster per call than eager here" in message, message
+    assert all(10 ** 3 <= j["calls"] <= 10 ** 6 for j in results["ps3.q1"]["checks"]["job"]["jobs"])
+    assert points("ps3", results) == 5

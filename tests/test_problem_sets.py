@@ -96,7 +96,8 @@ def _fill_solutions(release_nb: dict, source_nb: dict) -> dict:
 
 def test_self_check_outside_nbgrader(tmp_path):
     """A student's copy of ps3 (no source/ anywhere near it), solved, run in a plain kernel:
-    every self-check passes, each job judged against eager alone, and nothing reaches stderr."""
+    every self-check passes (q1's rule on jobs drawn around this machine's break-even), and
+    nothing reaches stderr."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -126,9 +127,8 @@ def test_self_check_outside_nbgrader(tmp_path):
             for c in checks]
     for out in text:
         assert "[PASS]" in out and "[FAIL]" not in out, out
-    assert text[0].count("(self-check: the job's total time is compared with eager only") == 2, text[0]
-    assert "[PASS] ps3.q1short total time for the job" in text[0], text[0]
-    assert "[PASS] ps3.q1long total time for the job" in text[0], text[0]
+    assert "(self-check: the hidden jobs were drawn around this machine's break-even" in text[0]
+    assert "[PASS] ps3.q1 the rule's choices on hidden jobs" in text[0], text[0]
     assert "measured against the reference" not in text[0]
 
 
@@ -150,22 +150,3 @@ def test_failure_message_names_the_learners_line_and_a_fix():
     message = str(info.value)
     assert "cell 9, line 4" in message, message
     assert "print" in message and "fix:" in message, message
-
-
-def test_ps3_jobs_grade_the_choice_not_the_string():
-    """q1's autograded points separate a right choice from a wrong one on this CPU: compiling
-    the short job, or not compiling the long one, fails its job check against the reference's
-    choice in the same run (the right choices pass: the self-check and validate tests)."""
-    from grader.isolation.check import evaluate
-    from grader.isolation.source import Cell
-
-    wrong = Cell("cell 6", 'class ShortJobMLP(TinyMLP):\n    compile_mode = "default"\n\n\n'
-                           'class LongJobMLP(TinyMLP):\n    compile_mode = "none"\n')
-    short = evaluate("ps3.q1short", cells=[wrong], course_root=ROOT)
-    long = evaluate("ps3.q1long", cells=[wrong], course_root=ROOT)
-    for ev in (short, long):
-        assert ev.status == "ok" and ev.with_reference, ev.result
-        assert ev.ok("correctness") and ev.verdict("job") == "fail", str(ev)
-        assert "hint: a job is judged on its total time" in str(ev)
-    assert "reference's total / yours" in str(short) and "job of 2,000 calls" in str(short)
-    assert "eager total / yours" in str(long) and "job of 200,000 calls" in str(long)

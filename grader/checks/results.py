@@ -46,8 +46,8 @@ class Check:
     title: str
 
 
-# The registry, in the order the judge decides them: speed and job last, because they are only
-# measured for correct outputs.
+# The registry, in the order the judge decides them: speed last, because it is only measured
+# for correct outputs. "rule" and "job" are a planning question's (grader.problems.JobPlan).
 REGISTRY: tuple[Check, ...] = (
     Check("correctness", "outputs match the original"),
     Check("fullgraph", "compiles with fullgraph=True"),
@@ -59,7 +59,8 @@ REGISTRY: tuple[Check, ...] = (
     Check("compiled", "compiled with Inductor, matches eager"),
     Check("fusion", "kernel count"),
     Check("speed", "speedup target"),
-    Check("job", "total time for the job (compile + calls)"),
+    Check("rule", "the rule answers one of the modes for every job size"),
+    Check("job", "the rule's choices on hidden jobs (compile + calls)"),
 )
 CHECKS: tuple[str, ...] = tuple(c.name for c in REGISTRY)
 CHECK_TITLES: dict[str, str] = {c.name: c.title for c in REGISTRY}

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import statistics
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -50,15 +51,11 @@ class SpeedTarget:
     - ``faster_than_baseline``: the learner's version must beat the baseline outright.
     - ``floors``: optional absolute minimum speedups per device class (see :func:`device_class`),
       used on top of the relative target, and alone by self-check.
-    - ``min_speedup``: for a job (:func:`judge_job`), a bar over the baseline on every device:
-      above 1.0 compiling must pay by that much; below 1.0 the job may be that much slower
-      than the baseline (a short job where not compiling is the right call).
     """
 
     fraction_of_reference: float | None = 0.85
     faster_than_baseline: bool = True
     floors: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    min_speedup: float | None = None
 
     def describe(self, dev_class: str, with_reference: bool) -> str:
         parts = []
@@ -68,8 +65,6 @@ class SpeedTarget:
             parts.append("faster than the baseline")
         if dev_class in self.floors:
             parts.append(f">= {self.floors[dev_class]:.2f}x on {dev_class} (floor)")
-        if self.min_speedup is not None:
-            parts.append(f">= {self.min_speedup:.2f}x the baseline's speed")
         return ", ".join(parts) or "none"
 
 
@@ -229,26 +224,39 @@ def _ratio(slow: Estimate, fast: Estimate) -> Estimate:
     return Estimate(slow.median / fast.median, slow.low / fast.high, slow.high / fast.low, fast.n)
 
 
-def judge_job(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
-              calls: int, target: SpeedTarget, dev_class: str, has_reference: bool,
-              confidence: float = CONFIDENCE) -> tuple[str, list[Condition], dict[str, Estimate]]:
-    """The verdict on a job's total time: relative to the reference's choice in the same run
-    (reference total / yours >= the fraction), and against the baseline (eager) total: faster
-    than it, and at least ``target.min_speedup`` x its speed."""
+def break_even(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
+               eager: str) -> tuple[float | None, str | None]:
+    """The fewest calls after which compiling pays on these figures, and the mode that gets
+    there first: for each mode faster per call than ``eager`` (medians), the calls at which its
+    total (first call + calls x time per call) meets eager's; ``(None, None)`` when no mode is
+    faster per call than eager (compiling never pays)."""
+    per = {name: statistics.median(seconds) for name, seconds in samples.items()}
+    best: tuple[float | None, str | None] = (None, None)
+    for name in samples:
+        saved = per[eager] - per[name]
+        if name == eager or saved <= 0:
+            continue
+        calls = max(1.0, (first_call_s[name] - first_call_s[eager]) / saved)
+        if best[0] is None or calls < best[0]:
+            best = (calls, name)
+    return best
+
+
+def judge_plan_choice(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
+                      calls: int, choice: str, fraction: float,
+                      confidence: float = CONFIDENCE) -> tuple[str, str, Estimate | None,
+                                                                 dict[str, Estimate]]:
+    """Whether ``choice`` is a right way to run a job of ``calls`` calls: its modelled total
+    (:func:`job_totals`) is at least ``fraction`` of the best choice's (the smallest median
+    total), with the per-call intervals carried through (a conservative ratio: 'inconclusive'
+    when it straddles ``fraction``). Returns the verdict, the best choice, the ratio (best
+    total / yours; ``None`` when yours is the best) and every choice's total."""
     totals = job_totals(samples, first_call_s, calls, confidence)
-    conds = []
-    if has_reference and target.fraction_of_reference is not None:
-        est = _ratio(totals["reference"], totals["learner"])
-        conds.append(Condition("job time: reference's total / yours", est,
-                               target.fraction_of_reference,
-                               est.versus(target.fraction_of_reference), confidence))
-    bars = ([1.0] if target.faster_than_baseline else []) + \
-        ([target.min_speedup] if target.min_speedup is not None else [])
-    if bars:
-        est, bar = _ratio(totals["baseline"], totals["learner"]), max(bars)
-        conds.append(Condition("job time: eager total / yours", est, bar, est.versus(bar),
-                               confidence))
-    return _overall(conds), conds, totals
+    best = min(totals, key=lambda name: totals[name].median)
+    if choice == best:
+        return "pass", best, None, totals
+    est = _ratio(totals[best], totals[choice])
+    return est.versus(fraction), best, est, totals
 
 
 def self_check_target(problem) -> SpeedTarget:
@@ -256,8 +264,7 @@ def self_check_target(problem) -> SpeedTarget:
     floors shipped for each device class (``floors.json``) under the problem's own."""
     target = problem.target
     return SpeedTarget(fraction_of_reference=None, faster_than_baseline=target.faster_than_baseline,
-                       floors={**shipped_floors(problem.key), **dict(target.floors)},
-                       min_speedup=target.min_speedup)
+                       floors={**shipped_floors(problem.key), **dict(target.floors)})
 
 
 def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple], *,

@@ -59,20 +59,28 @@ class Evaluation:
 
     @property
     def with_reference(self) -> bool:
-        return any(bool(self.parsed.checks[name].details.get("with_reference"))
-                   for name in ("speed", "job") if name in self.parsed.checks)
+        return "speed" in self.parsed.checks and bool(
+            self.parsed.checks["speed"].details.get("with_reference"))
 
-    def outcome(self, name: str) -> CheckOutcome:
-        return self.parsed.outcome(name)
+    def outcome(self, name: str, part: str | None = None) -> CheckOutcome:
+        """The check ``name``, or one ``part`` of it (a check that grades parts reports each:
+        ``TestCell.part``); a part that was not graded fails with the check's message."""
+        out = self.parsed.outcome(name)
+        if part is None:
+            return out
+        got = (out.get("parts") or {}).get(part)
+        if not isinstance(got, dict):
+            return CheckOutcome(False, out.message, "fail", {"credit": 0.0})
+        return CheckOutcome.from_dict(got)
 
     def ok(self, name: str) -> bool:
         return self.outcome(name).ok
 
-    def verdict(self, name: str) -> str:
-        return self.outcome(name).final_verdict
+    def verdict(self, name: str, part: str | None = None) -> str:
+        return self.outcome(name, part).final_verdict
 
-    def message(self, name: str) -> str:
-        out = self.outcome(name)
+    def message(self, name: str, part: str | None = None) -> str:
+        out = self.outcome(name, part)
         text = out.message
         hint = self.problem.hints.get(name)
         if not out.ok and hint and out.verdict != "inconclusive" and self.status == Status.OK:
@@ -87,8 +95,8 @@ class Evaluation:
         if self.verdict(name) not in ("pass", "inconclusive"):
             raise CheckFailed(self.failure(name))
 
-    def failure(self, name: str) -> str:
-        return f"{self.problem.key}: {self.title(name)} failed\n{self.message(name)}"
+    def failure(self, name: str, part: str | None = None) -> str:
+        return f"{self.problem.key}: {self.title(name)} failed\n{self.message(name, part)}"
 
     def points(self, name: str, max_points: float, inconclusive_credit: float = 0.0) -> float:
         """nbgrader partial credit: full for pass, ``inconclusive_credit`` x for inconclusive."""
@@ -100,10 +108,10 @@ class Evaluation:
             return "loss and gradients match the original"
         return CHECK_TITLES.get(name, name)
 
-    def line(self, name: str) -> str:
-        verdict = self.verdict(name).upper()
-        return f"[{verdict}] {self.problem.key} {self.title(name)}\n" + _indent(
-            self.message(name))
+    def line(self, name: str, part: str | None = None) -> str:
+        verdict = self.verdict(name, part).upper()
+        title = self.title(name) + (f" ({part})" if part else "")
+        return f"[{verdict}] {self.problem.key} {title}\n" + _indent(self.message(name, part))
 
     def __str__(self) -> str:
         if self.status != Status.OK:
@@ -167,13 +175,14 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
     lines, failure, shown = [], "", set()
     for key, name in cell.checks:
         ev = evaluations[key]
+        part = cell.part if (key, name) == cell.scored else None
         if ev.status != Status.OK:
             if key not in shown:
                 shown.add(key)
                 lines.append(str(ev))
         elif (key, name) not in shown:
             shown.add((key, name))
-            lines.append(ev.line(name))
+            lines.append(ev.line(name, part))
     met, review = True, False
     for key, name in cell.requires:
         ev = evaluations[key]
@@ -184,11 +193,17 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
             failure = failure or ev.failure(name)
     if cell.scored:
         key, name = cell.scored
-        verdict = evaluations[key].verdict(name)
+        verdict = evaluations[key].verdict(name, cell.part)
         review = review or (met and verdict == "inconclusive")
-        points = credit(verdict, cell.points, cell.inconclusive_credit) if met else 0.0
+        share = evaluations[key].outcome(name, cell.part).get("credit") if cell.part else None
+        if not met:
+            points = 0.0
+        elif isinstance(share, (int, float)) and verdict != "pass":
+            points = float(cell.points) * min(1.0, max(0.0, float(share)))  # one share per item
+        else:
+            points = credit(verdict, cell.points, cell.inconclusive_credit)
         if not failure and points < cell.points and verdict != "inconclusive":
-            failure = evaluations[key].failure(name)
+            failure = evaluations[key].failure(name, cell.part)
     else:
         points = float(cell.points) if met and not review else \
             float(cell.points) * cell.inconclusive_credit if met else 0.0
@@ -272,7 +287,7 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
     refs = {}
     for problem in problems:
         wanted = (checks or {}).get(problem.key, problem.checks)
-        if reference == "auto" and any(c in problem.checks and c in wanted for c in ("speed", "job")):
+        if reference == "auto" and "speed" in problem.checks and "speed" in wanted:
             cells = reference_cells(problem, course_root)
             if cells:
                 refs[problem.key] = [c.to_dict() for c in cells]
@@ -382,10 +397,9 @@ def check(key: str, *objects, **options) -> Evaluation:
     """Self-check: evaluate and print every verdict with its hint. Returns the evaluation."""
     evaluation = evaluate(key, *objects, **options)
     print(evaluation)
-    if evaluation.status == Status.OK and "job" in evaluation.parsed.checks \
-            and not evaluation.with_reference:
-        print("(self-check: the job's total time is compared with eager only; the final grade "
-              "also compares it with the reference's choice, in the same run)")
+    if evaluation.status == Status.OK and "job" in evaluation.parsed.checks:
+        print("(self-check: the hidden jobs were drawn around this machine's break-even; grading "
+              "draws fresh ones around the grading machine's, measured there)")
     if evaluation.status == Status.OK and "speed" in evaluation.parsed.checks:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")

@@ -10,7 +10,8 @@ One submission's problems are graded in three roles, each a process of its own (
   times it, and computes every verdict;
 - the **reference side** (:class:`ReferenceSide`, kept by the judge process that never runs
   learner code either) holds the problem's baseline model and the instructor's reference solution,
-  compiled once per judge process and shared by every submission it grades.
+  compiled once per judge process and shared by every submission it grades (for a planning
+  question, ps3 q1, the figures its hidden jobs are judged on: :func:`measure_jobs`).
 
 The order, for one group of problems that share the learner's cells (:meth:`Judge.grade`):
 
@@ -18,13 +19,15 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    depends on it); start the subject;
 2. ask the subject for what only it can give: the outputs of the learner's model on inputs the
    judge drew from fresh seeds, the graph of its traced call, its compile count over the
-   problem's inputs (and, for the learner, why a graph broke);
+   problem's inputs (and, for the learner, why a graph broke); for a planning question, the
+   rule's choice for each job size the judge drew;
 3. stop the subject and everything it started (its sandbox's processes are killed and checked
    gone), so nothing of the learner's runs while anything is timed;
 4. check and decide: outputs against the baseline's; the graph against the baseline on fresh
    inputs and on every shape and step the problem uses; kernels in the judge's own compile;
-   speed and job time of the judge's own compile of that graph against the baseline and the
-   reference, interleaved in this process (:mod:`grader.checks.timing`).
+   speed of the judge's own compile of that graph against the baseline and the reference,
+   interleaved in this process (:mod:`grader.checks.timing`); a planning question's choices
+   against the totals the judge's own figures give each way of running the job.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`JudgeProcess`); ``--once`` grades one
@@ -37,7 +40,9 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -58,7 +63,8 @@ from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seed
 DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3
 JOB_TRIALS = 21
-CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed", "job")
+COLD_ROUNDS = 3   # cold first calls measured per mode of a planning question (the least is kept)
+CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
 
 
 class SubjectGone(Exception):
@@ -204,20 +210,78 @@ def _ship(captured: graph_artifact.Captured) -> tuple[dict, bytes]:
 
 
 @dataclasses.dataclass
+class JobFigures:
+    """What each way of running a planning question's model costs on this machine, measured by
+    the judge (:func:`measure_jobs`): the cold first call of each mode (compile included, in a
+    fresh compiler cache) and its seconds per call over interleaved trials; the break-even they
+    give (``None``: no compile mode is faster per call than eager here)."""
+
+    first_call_s: dict
+    samples: dict
+    break_even: float | None
+    best_mode: str | None
+    seconds: float = 0.0
+
+    def per_call(self, mode: str) -> float:
+        return timing.Estimate.of(self.samples[mode]).median
+
+    def table(self) -> list[str]:
+        lines = [f"  {'mode':<28}{'first call s':>13}{'us/call':>10}"]
+        for mode in self.samples:
+            lines.append(f"  {mode:<28}{self.first_call_s[mode]:>13.2f}"
+                         f"{self.per_call(mode) * 1e6:>10.1f}")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {"first_call_s": dict(self.first_call_s), "samples": dict(self.samples),
+                "break_even": self.break_even, "best_mode": self.best_mode,
+                "seconds": round(self.seconds, 2)}
+
+
+def measure_jobs(problem: Problem, device: str) -> JobFigures:
+    """The figures a planning question is judged on (:class:`grader.problems.JobPlan`): the
+    given model run each way in ``problem.plan.modes``, in this process (no learner code)."""
+    started = time.monotonic()
+    pool = [problem.make_inputs(seeded_generator(s), device) for s in range(problem.pool_size)]
+    with ti.quiet_torch_logs():
+        # One compile first, thrown away: the first compile in a process also loads and sets
+        # up Inductor, which would be charged to whichever mode came first.
+        with ti.fresh_inductor_cache():
+            warm = _timed_version(problem.make_baseline(device), problem, {"mode": "default"})
+            timing.first_call_seconds(warm, pool[0], device)
+        # Each mode's cold first call, COLD_ROUNDS times in an order that turns round, keeping
+        # the least: one compile slowed by the machine's other work would make an equal mode
+        # look worse (on a CPU the four compile modes compile alike).
+        fns, first = {}, {}
+        modes = list(problem.plan.modes)
+        for round_ in range(COLD_ROUNDS):
+            for mode in timing.interleave_order(modes, round_ * len(modes)):
+                fns[mode] = _timed_version(problem.make_baseline(device), problem, {"mode": mode})
+                with ti.fresh_inductor_cache():  # cold, as in a fresh process
+                    seconds = timing.first_call_seconds(fns[mode], pool[0], device)
+                first[mode] = min(seconds, first.get(mode, seconds))
+        first = {mode: first[mode] for mode in modes}
+        comp = timing.compare(fns, pool, baseline=NO_COMPILE, device=device, trials=JOB_TRIALS)
+    samples = {mode: list(comp.seconds[mode]) for mode in comp.names}
+    calls, best = targets.break_even(samples, first, NO_COMPILE)
+    return JobFigures(first, samples, calls, best, time.monotonic() - started)
+
+
+@dataclasses.dataclass
 class ReferenceSide:
     """A problem's baseline and the instructor's reference, in the judge's process: built once
-    (:meth:`build`) and shared by every submission the process grades."""
+    (:meth:`build`) and shared by every submission the process grades. For a planning question,
+    the figures its hidden jobs are judged on instead (``jobs``: :func:`measure_jobs`)."""
 
     problem: Problem
     device: str
     base_model: torch.nn.Module
     base_eager: object
     base_timed: object
-    baseline_ops: tuple = ()
     reference: object | None = None
     reference_module: object | None = None   # the reference's graph, rebuilt (work per call)
     reference_options: dict = dataclasses.field(default_factory=dict)
-    reference_first_s: float = 0.0
+    jobs: JobFigures | None = None
     seconds: float = 0.0
 
     @classmethod
@@ -228,19 +292,17 @@ class ReferenceSide:
             base_model = problem.make_baseline(device)
         base_eager = problem.graded_call(base_model)
         base_timed = base_eager
-        timed = any(c in problem.checks for c in ("speed", "job"))
+        if problem.plan is not None:
+            side = cls(problem, device, base_model, base_eager, base_timed,
+                       jobs=measure_jobs(problem, device))
+            side.seconds = time.monotonic() - started
+            return side
+        timed = "speed" in problem.checks
         with ti.quiet_torch_logs():
             if problem.baseline_compile is not None and timed:
                 base_timed = problem.graded_call(torch.compile(base_model,
                                                                **problem.baseline_compile))
             side = cls(problem, device, base_model, base_eager, base_timed)
-            if problem.timed_model == "baseline":
-                captured = graph_artifact.capture(problem.traced_call(base_model),
-                                                  traced_inputs(problem, device, 0),
-                                                  model=base_model)
-                side.baseline_ops = tuple(graph_artifact.target_name(n.target)
-                                          for n in captured.graph.graph.nodes
-                                          if n.op == "call_function")
             pool = [problem.make_inputs(seeded_generator(s), device) for s in range(2)]
             if base_timed is not base_eager:
                 timing.first_call_seconds(base_timed, pool[0], device)
@@ -261,27 +323,19 @@ class ReferenceSide:
         entry = namespace[problem.entry]
         ref_model = problem.instantiate(entry, self.base_model, device)
         self.reference_options = problem.compile_kwargs(entry)
-        if problem.timed_model == "baseline":
-            timed_model = problem.make_baseline(device)
-        else:
-            captured = graph_artifact.capture(problem.traced_call(ref_model),
-                                              traced_inputs(problem, device, 0), model=ref_model,
-                                              dynamic=self.reference_options.get("dynamic"))
-            header, blob = _ship(captured)
-            loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
-            timed_model = loaded.module(self.base_model, device, training=problem.training)
-            self.reference_module = loaded.module(self.base_model, device,
-                                                  training=problem.training)
+        captured = graph_artifact.capture(problem.traced_call(ref_model),
+                                          traced_inputs(problem, device, 0), model=ref_model,
+                                          dynamic=self.reference_options.get("dynamic"))
+        header, blob = _ship(captured)
+        loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
+        timed_model = loaded.module(self.base_model, device, training=problem.training)
+        self.reference_module = loaded.module(self.base_model, device, training=problem.training)
         self.reference = _timed_version(timed_model, problem, self.reference_options)
         if problem.reference_eager_baseline:
             # Speed over the reference's own model, eagerly: what compiling it gains.
             self.base_timed = problem.graded_call(ref_model)
             timing.first_call_seconds(self.base_timed, pool[0], device)
-        if "job" in problem.checks:
-            with ti.fresh_inductor_cache():  # cold, as the learner's is
-                self.reference_first_s = timing.first_call_seconds(self.reference, pool[0], device)
-        else:
-            timing.first_call_seconds(self.reference, pool[0], device)
+        timing.first_call_seconds(self.reference, pool[0], device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,6 +355,7 @@ class Evidence:
     breaks: list = dataclasses.field(default_factory=list)
     graph_count: int | None = None
     recompiles: dict | None = None
+    plan: dict | None = None                # a planning question: {"sizes", "modes", "hidden"}
 
 
 @dataclasses.dataclass
@@ -465,6 +520,10 @@ class Judge:
             except ValueError as exc:
                 ev.status, ev.message = "learner_error", str(exc)
                 continue
+            if problem.plan is not None:
+                self._ask_plan(subject, problem, sides[key], device, ev)
+                lap("plan")
+                continue
             if "correctness" in wanted[key]:
                 ev.correctness = self._correctness(subject, problem, sides[key], device)
                 lap("correctness")
@@ -597,6 +656,12 @@ class Judge:
     def _decide(self, problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
                 device: str, job: dict, lap) -> dict[str, CheckOutcome]:
         out: dict[str, CheckOutcome] = {}
+        if problem.plan is not None:
+            if "rule" in wanted:
+                out["rule"] = self._rule(problem, ev)
+            if "job" in wanted:
+                out["job"] = self._jobs(problem, side, ev)
+            return out
         correct = ev.correctness.ok if ev.correctness is not None else True
 
         def compiled_check() -> CheckOutcome:
@@ -663,9 +728,6 @@ class Judge:
         elif "speed" in wanted:
             out["speed"] = self._speed(problem, side, graph, ev, correct, device, job)
             lap("check speed")
-        if "job" in wanted:
-            out["job"] = self._job(problem, side, graph, ev, correct, device)
-            lap("check job")
         return out
 
     def _fusion(self, problem: Problem, graph: GraphCheck, ev: Evidence,
@@ -724,60 +786,125 @@ class Judge:
                 break
         return outcome
 
-    def _job(self, problem: Problem, side: ReferenceSide, graph: GraphCheck, ev: Evidence,
-             correct: bool, device: str) -> CheckOutcome:
-        """The job's total time (cold compile + ``job_calls`` calls) with the learner's choice
-        of mode, against the reference's choice and against not compiling, in the same run."""
-        if not correct:
-            return CheckOutcome(False, "not timed: the outputs are wrong", "fail")
-        if not graph.ok:
-            return CheckOutcome(False, f"not timed: your code {graph.headline}", "fail")
-        options = {**problem.learner_compile, **ev.choice}
-        if problem.timed_model == "baseline":
-            ops = tuple(graph_artifact.target_name(n.target)
-                        for n in graph.module.graph_module.graph.nodes if n.op == "call_function")
-            if ops != side.baseline_ops:
-                return CheckOutcome(False, f"not timed: the job runs {problem.entry}'s forward as "
-                                           f"it is given (the classes choose only how it is run), "
-                                           f"and yours computes it with other operators", "fail")
-            timed_model = problem.make_baseline(device)
+    # -- a planning question (grader.problems.JobPlan) ----------------------------------------
+    @staticmethod
+    def _ask_plan(subject: SubjectSession, problem: Problem, side: ReferenceSide, device: str,
+                  ev: Evidence) -> None:
+        """Ask the learner's rule about the examples, the hidden jobs and the decoys (shuffled);
+        keep its answers, each checked against the plan's modes."""
+        plan = problem.plan
+        rng = random.Random(correctness.fresh_seeds(1)[0])
+        hidden = hidden_job_sizes(plan, side.jobs.break_even, rng)
+        centre = side.jobs.break_even or math.sqrt(plan.fallback[0] * plan.fallback[1])
+        centre *= 10 ** rng.uniform(-1.0, 1.0)
+        decoys = [_log_uniform(rng, centre / 100, centre * 100) for _ in range(plan.decoys)]
+        sizes = list(dict.fromkeys([*plan.examples, *(n for _, n in hidden), *decoys]))
+        rng.shuffle(sizes)
+        kind = torch.device(device).type
+        reply, _ = subject.request({"op": "plan", "problem": problem.key, "sizes": sizes,
+                                    "device": kind})
+        if "error" in reply:
+            ev.status, ev.message = "learner_error", _learner(reply["error"])
+            return
+        modes, types = reply.get("modes"), reply.get("types")
+        if not isinstance(modes, list) or not isinstance(types, list) \
+                or len(modes) != len(sizes) or len(types) != len(sizes):
+            raise SubjectGone(Status.REJECTED, "the process that ran your code sent a malformed "
+                                               "answer to the job sizes")
+        for calls, mode, kind_of in zip(sizes, modes, types):
+            if mode not in plan.modes:
+                got = repr(mode)[:60] if isinstance(mode, str) else f"a {str(kind_of)[:40]}"
+                ev.status, ev.message = "learner_error", (
+                    f"{problem.entry}.{plan.method}({calls:,}, {kind!r}) returned {got}: it must "
+                    f"return one of {plan.modes} for every number of calls")
+                return
+        answers = dict(zip(sizes, modes))
+        ev.plan = {"device": kind, "examples": {n: answers[n] for n in plan.examples},
+                   "hidden": [(part, n, answers[n]) for part, n in hidden]}
+
+    @staticmethod
+    def _rule(problem: Problem, ev: Evidence) -> CheckOutcome:
+        shown = ", ".join(f"{n:,} calls -> {m!r}" for n, m in ev.plan["examples"].items())
+        return CheckOutcome(True, f"{problem.entry}.{problem.plan.method} answered one of "
+                                  f"{problem.plan.modes} for every job size it was asked about "
+                                  f"on {ev.plan['device']!r} (the examples: {shown})")
+
+    @staticmethod
+    def _jobs(problem: Problem, side: ReferenceSide, ev: Evidence) -> CheckOutcome:
+        """The rule's choice for each hidden job, judged on the modelled totals from the
+        figures this process measured (nothing the subject said but the mode strings)."""
+        plan, figures = problem.plan, side.jobs
+        head = [f"measured by the grader on this machine ({ev.plan['device']}), once per "
+                f"grading run: each way of running the given model, its cold first call "
+                f"(compile included) and its time per call"]
+        head += figures.table()
+        if figures.break_even is None:
+            head.append(f"  no compile mode is faster per call than eager here: every job is "
+                        f"run best without compiling (job sizes drawn across "
+                        f"{plan.fallback[0]:,}..{plan.fallback[1]:,}, the smaller half as the "
+                        f"short jobs)")
         else:
-            timed_model = graph.module
-        pool, expected = self._pool(problem, side, device)
-        with ti.quiet_torch_logs():
-            learner = _timed_version(timed_model, problem, options)
-            with ti.fresh_inductor_cache():  # a cold compile (if any), as the reference's was
-                first = timing.first_call_seconds(learner, pool[0], device)
-            fns = {"baseline": side.base_eager, "learner": learner}
-            first_call_s = {"baseline": 0.0, "learner": first}
-            if side.reference is not None:
-                fns["reference"] = side.reference
-                first_call_s["reference"] = side.reference_first_s
-            comp = timing.compare(fns, pool, baseline="baseline", device=device, trials=JOB_TRIALS,
-                                  keep_outputs=("learner",))
-        with_reference = side.reference is not None
-        target = problem.target if with_reference else targets.self_check_target(problem)
-        samples = {n: list(comp.seconds[n]) for n in comp.names}
-        verdict, conds, totals = targets.judge_job(samples, first_call_s, problem.job_calls,
-                                                   target, targets.device_class(device),
-                                                   with_reference)
-        lines = [f"job of {problem.job_calls:,} calls: {verdict.upper()} on "
-                 f"{targets.device_class(device)} (your choice: mode={options.get('mode')!r})"]
-        lines += [f"  {c}" for c in conds]
-        lines.append(f"  {'':<12}{'first call s':>13}{'ms/call':>10}{'job total s':>13}")
-        for name in comp.names:
-            lines.append(f"  {name:<12}{first_call_s[name]:>13.2f}"
-                         f"{comp.per_call(name).median * 1e3:>10.3f}{totals[name].median:>13.1f}")
-        outcome = CheckOutcome(verdict == "pass", "\n".join(lines), verdict, {
-            "samples": samples, "first_call_s": first_call_s, "calls": problem.job_calls,
-            "with_reference": with_reference})
-        for index, output in comp.last_outputs.get("learner", []):
-            why = correctness.compare_output(output, expected[index], "a timed run's output")
-            if why is not None:
-                outcome.ok, outcome.verdict = False, "fail"
-                outcome.message = f"{why}; time is only credited for correct outputs"
-                break
-        return outcome
+            head.append(f"  break-even: compiling pays after {figures.break_even:,.0f} calls "
+                        f"(mode {figures.best_mode!r}); a choice is right when its job total is "
+                        f"at least {plan.fraction:.0%} of the best choice's")
+        parts: dict[str, dict] = {}
+        jobs = []
+        for part, calls, choice in ev.plan["hidden"]:
+            verdict, best, ratio, totals = targets.judge_plan_choice(
+                figures.samples, figures.first_call_s, calls, choice, plan.fraction)
+            word = {"pass": "RIGHT", "fail": "WRONG"}.get(verdict, "UNDECIDED")
+            line = (f"  job of {calls:,} calls: your rule chose {choice!r} "
+                    f"({totals[choice].median:.2f} s) -> {word}; the best is {best!r} "
+                    f"({totals[best].median:.2f} s)"
+                    + (f", best / yours = {ratio}" if ratio is not None else ""))
+            line += "\n    totals: " + ", ".join(f"{m} {t.median:.2f} s" for m, t in totals.items())
+            jobs.append({"part": part, "calls": calls, "choice": choice, "best": best,
+                         "verdict": verdict,
+                         "totals_s": {m: t.median for m, t in totals.items()}})
+            parts.setdefault(part, {"lines": [], "verdicts": []})
+            parts[part]["lines"].append(line)
+            parts[part]["verdicts"].append(verdict)
+        titles = {"short": "jobs below the break-even", "long": "jobs above the break-even"} \
+            if figures.break_even is not None else {}
+        out_parts, all_verdicts = {}, []
+        for part, got in parts.items():
+            verdicts = got["verdicts"]
+            all_verdicts += verdicts
+            verdict = _overall_verdict(verdicts)
+            right = verdicts.count("pass")
+            message = "\n".join([*head, f"{titles.get(part, part)}: {right} of {len(verdicts)} "
+                                        f"right", *got["lines"]])
+            out_parts[part] = {"ok": verdict == "pass", "verdict": verdict, "message": message,
+                               "credit": right / len(verdicts)}
+        verdict = _overall_verdict(all_verdicts)
+        message = "\n".join([*head, *(line for p in parts.values() for line in p["lines"])])
+        return CheckOutcome(verdict == "pass", message, verdict, {
+            "parts": out_parts, "jobs": jobs, "figures": figures.to_dict()})
+
+
+def _overall_verdict(verdicts: list[str]) -> str:
+    if "fail" in verdicts:
+        return "fail"
+    return "pass" if all(v == "pass" for v in verdicts) else "inconclusive"
+
+
+def _log_uniform(rng: random.Random, low: float, high: float) -> int:
+    return max(1, int(round(math.exp(rng.uniform(math.log(low), math.log(high))))))
+
+
+def hidden_job_sizes(plan, break_even: float | None, rng: random.Random) -> list[tuple[str, int]]:
+    """A planning question's hidden jobs, ``(part, calls)``: ``plan.per_side`` sizes drawn
+    log-uniformly in ``[B/far, B/near]`` ("short") and as many in ``[near*B, far*B]``
+    ("long"), ``B`` this machine's break-even. Where compiling never pays (``B`` is ``None``),
+    every size is drawn across ``plan.fallback``, the smaller half "short", the larger "long"
+    (not compiling is then right for each)."""
+    n = plan.per_side
+    if break_even is None:
+        sizes = sorted(_log_uniform(rng, *plan.fallback) for _ in range(2 * n))
+        return [("short", c) for c in sizes[:n]] + [("long", c) for c in sizes[n:]]
+    b = break_even
+    return ([("short", _log_uniform(rng, b / plan.far, b / plan.near)) for _ in range(n)]
+            + [("long", _log_uniform(rng, b * plan.near, b * plan.far)) for _ in range(n)])
 
 
 def _stop(result: ProblemResult, status, message: str) -> None:

@@ -12,7 +12,9 @@ Requests (``op``):
 
 - ``load``: execute the learner's cells (named ``<cell N>`` in every message) in the problem
   set's namespace and build each problem's model with the problem's (public) baseline weights;
-  report which built and the compile options the learner chose (``compile_mode`` ...);
+  report which built and the compile options the learner chose (``compile_dynamic`` ...); for a
+  planning question (:class:`grader.problems.JobPlan`) the entry is the learner's rule, kept as
+  it is;
 - ``call``: the problem's graded call on inputs the judge sent (eager): its outputs, and the
   inputs as they are afterwards (a solution must not change them);
 - ``capture``: compile the traced call with ``fullgraph=True`` and send the graph Dynamo captured
@@ -20,6 +22,9 @@ Requests (``op``):
   graph-break report, for the learner's feedback;
 - ``recompiles``: compile the traced call and count the compiles over the inputs sent, with the
   guard that failed each time (:mod:`grader.checks.recompiles`);
+- ``plan``: the learner's rule asked about each job size sent (``mode_for(calls, device)``):
+  what it returned, for the judge to check (only strings travel as such; anything else is
+  named by its type), or the error it raised;
 - ``bye``: exit.
 
 Text that comes from the learner's code (an exception, Dynamo's message about their line) is cut
@@ -100,7 +105,8 @@ class Subject:
     def handle(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
         op = request.get("op")
         handler = {"load": self.load, "call": self.call, "capture": self.capture,
-                   "breaks": self.breaks, "recompiles": self.recompiles}.get(op)
+                   "breaks": self.breaks, "recompiles": self.recompiles,
+                   "plan": self.plan}.get(op)
         if handler is None:
             raise ProtocolError(f"unknown request {op!r}")
         return handler(request, blob)
@@ -128,6 +134,15 @@ class Subject:
                             "message": f"your solution must define `{problem.entry}`"}
                 continue
             entry = namespace[problem.entry]
+            if problem.plan is not None:  # a rule, not a model: asked by the `plan` request
+                if not callable(getattr(entry, problem.plan.method, None)):
+                    out[key] = {"status": "learner_error",
+                                "message": f"`{problem.entry}` must have a static method "
+                                           f"`{problem.plan.method}(calls, device)`"}
+                    continue
+                self.models[key], self.problems[key] = entry, problem
+                out[key] = {"status": "ok", "choice": {}}
+                continue
             try:
                 with torch.no_grad():
                     baseline = problem.make_baseline(self.device)
@@ -203,6 +218,21 @@ class Subject:
             return {"error": f"your code raised: {learner_traceback(exc)}"}, b""
         return {"compiles": rep.compiles, "hit_limit": rep.hit_limit, "calls": rep.calls,
                 "reasons": [text(r) for r in rep.reasons[:10]], "message": text(str(rep))}, b""
+
+    def plan(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
+        problem, rule = self._model(request)
+        if problem.plan is None:
+            raise ProtocolError(f"problem {problem.key!r} is not a planning question")
+        device, answers, kinds = str(request["device"]), [], []
+        for calls in request["sizes"]:
+            try:
+                answer = getattr(rule, problem.plan.method)(int(calls), device)
+            except BaseException as exc:  # SystemExit too: the learner's error
+                return {"error": f"your rule raised for calls={int(calls):,}, device="
+                                 f"{device!r}: {learner_traceback(exc)}"}, b""
+            answers.append(text(answer) if isinstance(answer, str) else None)
+            kinds.append(type(answer).__name__)
+        return {"modes": answers, "types": kinds}, b""
 
 
 def _break_dict(b: breaks.GraphBreak) -> dict:

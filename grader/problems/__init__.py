@@ -18,7 +18,44 @@ from grader.checks.targets import SpeedTarget
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"
 # Checks for which the judge has the subject capture the learner's graph.
-GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "speed", "job")
+GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """A planning question (ps3 q1): the learner's entry is a rule, a class whose static method
+    ``method(calls, device)`` returns one of ``modes`` (``"none"``: eager, else a
+    ``torch.compile`` mode) for a job of ``calls`` calls of the problem's baseline model on its
+    inputs, in a fresh process. It is graded on jobs the learner cannot try
+    (:meth:`grader.isolation.judge.Judge.grade`, checks ``rule`` and ``job``):
+
+    - the judge measures, once per judge process and never in the subject, each mode's cold
+      first call (a fresh compiler cache; the least of three) and its time per call (interleaved
+      samples), and from
+      them this machine's break-even ``B``: the fewest calls after which some compile mode's
+      total (first call + calls x time per call) beats eager's;
+    - for each submission it draws ``per_side`` job sizes log-uniformly in ``[B/far, B/near]``
+      (the ``short`` part) and as many in ``[near*B, far*B]`` (the ``long`` part) from fresh
+      seeds, or, where no compile mode is faster per call than eager, across ``fallback`` (every
+      right answer is then ``"none"``);
+    - it sends them to the subject with the ``examples`` (the sizes the notebook names) and
+      ``decoys`` more sizes drawn around a random centre, shuffled, so that a rule which sees
+      every size cannot tell which are graded; only the mode strings come back, each checked
+      against ``modes``;
+    - a choice is right when its modelled total is at least ``fraction`` of the best mode's
+      total (``grader.checks.targets.judge_plan_choice``, with the per-call confidence
+      interval carried through).
+    """
+
+    modes: tuple[str, ...]
+    method: str = "mode_for"
+    examples: tuple[int, ...] = ()
+    per_side: int = 2
+    near: float = 4.0
+    far: float = 30.0
+    fallback: tuple[int, int] = (10 ** 3, 10 ** 6)
+    decoys: int = 12
+    fraction: float = 0.8
 
 
 @dataclasses.dataclass
@@ -40,9 +77,10 @@ class Problem:
       text is the reference solution (and, in a submission, the learner's).
     - ``timed_fullgraph``: the speed check compiles with ``fullgraph=True`` (default): speed is
       credited to one graph only, so no Python-side shortcut in ``forward`` can be timed.
-    - ``job_calls``: for the ``job`` check, how many calls the job makes: it is judged on the
-      total time, cold compile included (``compile_options`` may choose ``mode="none"``: no
-      compile at all).
+    - ``plan``: a planning question (:class:`JobPlan`): the entry is a rule that chooses how to
+      run a job, not a model; its checks are ``rule`` (it answers one of the modes for every
+      size it is asked about) and ``job`` (its choices on hidden jobs, in two parts, ``short``
+      and ``long``, that test cells score separately: ``TestCell.part``).
     - ``training``: the graded call is a training step (:func:`training_step`: forward, which
       returns the loss, then backward; the loss and every parameter's gradient are compared and
       timed), not an inference call under ``torch.no_grad()``. The model is built in train mode
@@ -55,10 +93,6 @@ class Problem:
     - ``choices``: the ``torch.compile`` options the learner chooses (what ``compile_options``
       returns), with the values each may take (``{"mode": MODES}``): the judge accepts the
       choice only as data from this list.
-    - ``timed_model``: what a job or speed check times: ``"learner"`` (the graph the learner's
-      code compiles to, rebuilt and compiled by the judge) or ``"baseline"`` (the given model, run
-      the way the learner chose: the learner's forward must then be the baseline's, operator for
-      operator).
     - ``refused_operators``: ATen operators (``"aten.group_norm"``) a graph of this problem may
       not use, with the reason the learner reads: a library call that would skip the lesson.
     - ``max_work_ratio``: the learner's graph may do at most this many times the FLOPs of the
@@ -98,12 +132,11 @@ class Problem:
     timed_fullgraph: bool = True
     allowed_config: frozenset = frozenset()
     choices: dict = dataclasses.field(default_factory=dict)
-    timed_model: str = "learner"
     refused_operators: dict = dataclasses.field(default_factory=dict)
     max_work_ratio: float | None = None
     work_inputs: Callable[[str], list[tuple]] | None = None
     reference_eager_baseline: bool = False
-    job_calls: int | None = None
+    plan: JobPlan | None = None
     training: bool = False
     driver: Callable[..., Any] | None = None
     step_inputs: Callable[[str], tuple] | None = None
@@ -160,6 +193,10 @@ class TestCell:
     - ``scored``: the ``(problem key, check)`` whose verdict gives partial credit (full for
       pass, ``inconclusive_credit`` of the points for inconclusive, none for fail), once
       ``requires`` hold; without it the cell is all or nothing.
+    - ``part``: the part of the scored check this cell is scored on (a check that grades
+      several parts, as the ``job`` check of a :class:`JobPlan` does, reports each part's
+      verdict, message and ``credit``, the share of its items it got right): the cell earns
+      ``credit`` x its points (one share per hidden job), and shows that part only.
     """
 
     grade_id: str
@@ -167,6 +204,7 @@ class TestCell:
     requires: tuple[tuple[str, str], ...] = ()
     scored: tuple[str, str] | None = None
     inconclusive_credit: float = 0.0
+    part: str | None = None
 
     @property
     def problems(self) -> list[str]:

@@ -1,13 +1,15 @@
 """Problem set 3: modes and recompiles.
 
 q1. ``TinyMLP`` at batch size 2 is launch bound: per-op overhead, not arithmetic, sets its speed.
-    Two jobs call it in a fresh process: a short one (``SHORT_JOB_CALLS`` calls) and a long one
-    (``LONG_JOB_CALLS``). For each, the learner picks how to run it (the class attribute
-    ``compile_mode`` of ``ShortJobMLP`` / ``LongJobMLP``: ``"none"`` for eager, or a
-    ``torch.compile`` mode) and is graded on the job's total time, cold compile included,
-    against the reference's choice in the same run and against eager: compiling a short job
-    loses (its compile costs more than it saves); not compiling a long one loses. The written
-    answer (graded by hand) explains the choices with the learner's own figures.
+    A job calls it ``calls`` times (compiled, its first call compiles, from a cold cache). The
+    learner writes a rule, ``JobPlanner.mode_for(calls, device)``, that returns how to run such
+    a job (one of ``MODES``: ``"none"`` for eager, or a ``torch.compile`` mode): compiling pays
+    when ``calls x (eager per call - compiled per call) > compile time``, figures the learner
+    measures in the exploration cell. The rule is graded on jobs the learner cannot try
+    (:class:`grader.problems.JobPlan`): sizes drawn fresh for each submission, well below and
+    well above the grading machine's own break-even, each choice judged on its modelled total
+    from figures the judge measured itself. The written answer (graded by hand) gives a
+    prediction with its reason before the measurement, then the figures and the rule.
 q2. ``PerSampleScorer`` loops over the batch in Python, so Dynamo specialises the graph to each
     batch size and recompiles, even with ``dynamic=True``. The learner's ``BatchScorer`` must
     compile once for every batch size 2..64 under ``torch.compile(model, dynamic=True)``.
@@ -16,18 +18,15 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from grader.problems import NO_COMPILE, Problem, TestCell
-from grader.checks.targets import SpeedTarget
+from grader.problems import NO_COMPILE, JobPlan, Problem, TestCell
 
-__all__ = ["TinyMLP", "PerSampleScorer", "MODES", "SHORT_JOB_CALLS", "LONG_JOB_CALLS", "make_mlp_inputs", "make_scorer_inputs",
-           "example_mlp_inputs", "example_scorer_inputs", "torch", "nn", "F"]
+__all__ = ["TinyMLP", "PerSampleScorer", "MODES", "EXAMPLE_JOB_CALLS", "make_mlp_inputs",
+           "make_scorer_inputs", "example_mlp_inputs", "example_scorer_inputs", "torch", "nn", "F"]
 
 MODES = (NO_COMPILE, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# How many calls q1's jobs make. Measured on a 2-core CPU (torch 2.14): a cold compile of
-# TinyMLP takes 3-4 s and saves ~110 us per call (eager ~180 us, compiled ~70 us), so compiling
-# pays after ~35,000 calls; the short job is far below that, the long one far above.
-SHORT_JOB_CALLS = 2_000
-LONG_JOB_CALLS = 200_000
+# The two jobs q1's prediction asks about (the graded jobs are drawn around the grading
+# machine's own break-even, for each submission).
+EXAMPLE_JOB_CALLS = (2_000, 200_000)
 MLP_D = 64
 MLP_LAYERS = 8
 MLP_BATCH = 2
@@ -97,21 +96,13 @@ def scorer_recompile_inputs(device: str = "cpu") -> list[tuple]:
     return [(torch.randn(b, SCORER_D, generator=gen).to(device),) for b in sizes]
 
 
-def _chosen_mode(entry) -> dict:
-    """The learner's (or the reference's) choice: the class attribute ``compile_mode``."""
-    mode = getattr(entry, "compile_mode", None)
-    if mode not in MODES:
-        raise ValueError(f"set the class attribute `compile_mode` of {getattr(entry, '__name__', entry)}"
-                         f" to one of {MODES} (got {mode!r})")
-    return {"mode": mode}
-
-
 Q1_HINTS = {
-    "correctness": "keep TinyMLP's forward: the classes only choose how the model is run.",
-    "fullgraph": "keep TinyMLP's forward: it compiles as one graph.",
-    "job": "a job is judged on its total time: the first call (the compile, in a fresh process) "
-           "plus every call after it. Measure both for each choice with the exploration cell "
-           "and add them up for the job's number of calls.",
+    "rule": "JobPlanner.mode_for(calls, device) must return one of MODES for every number of "
+            "calls (an int) on 'cpu' and 'cuda'.",
+    "job": "a job's time is its first call (the compile, with a cold compiler cache) plus "
+           "calls x the time per call. Measure both for each choice with the exploration cell: "
+           "compiling pays when calls x (eager per call - compiled per call) > compile time. "
+           "Write the rule from that, with your figures for each device.",
 }
 Q2_HINTS = {
     "correctness": "BatchScorer must give each sample the same score PerSampleScorer gives it: "
@@ -125,23 +116,11 @@ Q2_HINTS = {
 }
 
 PROBLEMS = {
-    "ps3.q1short": Problem(
-        key="ps3.q1short", title=f"a short job ({SHORT_JOB_CALLS:,} calls): compile or not",
-        entry="ShortJobMLP", make_baseline=lambda device: TinyMLP().to(device).eval(),
-        make_inputs=make_mlp_inputs, solution_grade_id="ps3-q1-solution",
-        checks=("correctness", "job"), compile_options=_chosen_mode, baseline_compile=None,
-        choices={"mode": MODES}, timed_model="baseline", job_calls=SHORT_JOB_CALLS,
-        target=SpeedTarget(fraction_of_reference=0.8, faster_than_baseline=False, min_speedup=0.8),
-        pool_size=8, hints=Q1_HINTS),
-    "ps3.q1long": Problem(
-        key="ps3.q1long", title=f"a long job ({LONG_JOB_CALLS:,} calls): which mode",
-        entry="LongJobMLP", make_baseline=lambda device: TinyMLP().to(device).eval(),
-        make_inputs=make_mlp_inputs, solution_grade_id="ps3-q1-solution",
-        checks=("correctness", "fullgraph", "job"), compile_options=_chosen_mode,
-        baseline_compile=None, choices={"mode": MODES}, timed_model="baseline",
-        job_calls=LONG_JOB_CALLS,
-        target=SpeedTarget(fraction_of_reference=0.8, faster_than_baseline=True, min_speedup=1.2),
-        pool_size=8, hints=Q1_HINTS),
+    "ps3.q1": Problem(
+        key="ps3.q1", title="a rule: how to run a job of N calls", entry="JobPlanner",
+        make_baseline=lambda device: TinyMLP().to(device).eval(), make_inputs=make_mlp_inputs,
+        solution_grade_id="ps3-q1-solution", checks=("rule", "job"),
+        plan=JobPlan(modes=MODES, examples=EXAMPLE_JOB_CALLS), pool_size=8, hints=Q1_HINTS),
     "ps3.q2": Problem(
         key="ps3.q2", title="compile once for batch sizes 2..64", entry="BatchScorer",
         make_baseline=lambda device: PerSampleScorer().to(device).eval(),
@@ -152,12 +131,10 @@ PROBLEMS = {
 
 # How each autograded test cell of ps3.ipynb earns its points (grade_id -> checks).
 TEST_CELLS = [
-    TestCell("ps3-q1-correctness", 1,
-             requires=(("ps3.q1long", "correctness"), ("ps3.q1long", "fullgraph"))),
-    TestCell("ps3-q1-short", 2, requires=(("ps3.q1short", "correctness"),),
-             scored=("ps3.q1short", "job")),
-    TestCell("ps3-q1-long", 2, requires=(("ps3.q1long", "correctness"),),
-             scored=("ps3.q1long", "job")),
+    TestCell("ps3-q1-correctness", 1, requires=(("ps3.q1", "rule"),)),
+    # One point per hidden job: two below the grading machine's break-even, two above it.
+    TestCell("ps3-q1-short", 2, scored=("ps3.q1", "job"), part="short"),
+    TestCell("ps3-q1-long", 2, scored=("ps3.q1", "job"), part="long"),
     TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"),)),
     TestCell("ps3-q2-recompiles", 3, requires=(("ps3.q2", "recompiles"), ("ps3.q2", "fullgraph"))),
 ]
