@@ -16,7 +16,8 @@ import os
 import grader
 
 PACKAGE = os.path.dirname(grader.__file__)
-# role -> the roles its modules may import (every role may import itself and grader._paths).
+# role -> the roles its modules may import (every role may import itself, grader._paths and
+# grader._environment).
 ALLOWED = {
     "checks": set(),
     "problems": {"checks"},
@@ -69,7 +70,7 @@ def _modules():
 
 def test_each_role_is_a_folder_and_the_top_level_holds_only_entry_points_and_aliases():
     top = sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
-    assert top == sorted(["__init__", "_paths", "cli", *ALIASES]), top
+    assert top == sorted(["__init__", "_paths", "_environment", "cli", *ALIASES]), top
     for role in ALLOWED:
         if role != "cli":
             assert os.path.isfile(os.path.join(PACKAGE, role, "__init__.py")), role
@@ -79,13 +80,13 @@ def test_imports_point_one_way():
     wrong = []
     for path, module in _modules():
         role = _role(module)
-        if role in ALIASES or role in ("_paths", None) or module == "grader":
+        if role in ALIASES or role in ("_paths", "_environment", None) or module == "grader":
             continue
         for line, target in _imports(path, module):
             other = _role(target)
             if other in ALIASES:
                 other = ALIASES[other]
-            if other in (None, role, "_paths"):
+            if other in (None, role, "_paths", "_environment"):
                 continue
             if other not in ALLOWED[role]:
                 wrong.append(f"{module} (line {line}) imports {target}: {role} may not import {other}")
@@ -170,3 +171,22 @@ def test_no_module_imports_another_that_imports_it_back():
         "the module graph lost its edges"
     cycle = _cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_every_environment_variable_is_named_in_one_module():
+    """Modules read and set the course's environment variables through grader._environment, where
+    each is named with its meaning; no other module spells a COURSE_ string."""
+    import re
+
+    from grader import _environment
+
+    spelled = []
+    for path, module in _modules():
+        if module == "grader._environment":
+            continue
+        for number, line in enumerate(open(path, encoding="utf-8"), 1):
+            for name in re.findall(r"[\"'](COURSE_[A-Z_]+)[\"']", line):
+                spelled.append(f"{module}:{number}: {name}")
+    assert not spelled, "\n".join(spelled)
+    assert all(value.startswith("COURSE_") for value in _environment.ALL.values())
+    assert len(set(_environment.ALL.values())) == len(_environment.ALL)

@@ -31,8 +31,9 @@ from typing import Iterable
 from grader.problems import Problem, TestCell, get_problem, public_names, test_cells
 from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
 from grader.isolation.source import Cell, cells_defining, solution_cells
+from grader import _environment as environment
 
-PIPELINE_RESULTS_ENV = "COURSE_PIPELINE_RESULTS"
+PIPELINE_RESULTS_ENV = environment.PIPELINE_RESULTS
 _RESULTS: dict[str, "Evaluation"] = {}
 
 
@@ -220,8 +221,8 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
 
 def find_course_root(start: str | None = None) -> str | None:
     """The nbgrader course directory above ``start`` (``COURSE_ROOT`` wins when set)."""
-    if os.environ.get("COURSE_ROOT"):
-        return os.environ["COURSE_ROOT"]
+    if os.environ.get(environment.ROOT):
+        return os.environ[environment.ROOT]
     here = os.path.abspath(start or os.getcwd())
     while True:
         if os.path.exists(os.path.join(here, "nbgrader_config.py")):
