@@ -129,7 +129,7 @@ class Lab:
             JUPYTERLAB_WORKSPACES_DIR=os.path.join(self.state, "lab-workspaces"),
             IPYTHONDIR=os.path.join(self.state, "ipython"),
             JUPYTER_PLATFORM_DIRS="1",
-            COURSE_SIZE="ci",  # the chapters' tiny shapes (grader/course/chapters.py)
+            COURSE_SIZE="ci",  # the chapters' tiny shapes (grader/course/chapters/)
         )
         return env
 

@@ -96,11 +96,16 @@ def test_each_grade_setting_is_declared_once_and_make_passes_only_what_the_user_
     assert (parsed.assignments, parsed.workers, parsed.regrade) == (("ps1", "ps2"), 2, True)
 
     def dry_run(*variables):
+        # Run from `make test` too: drop the outer make's variables (MAKELEVEL makes it print
+        # "Leaving directory") and the ones under test.
         env = {k: v for k, v in os.environ.items()
-               if k not in ("WORKERS", "SANDBOX", "EXECUTOR", "ASSIGNMENT", "DEMO", "REGRADE")}
-        done = subprocess.run(["make", "-n", "-W", ".venv/.setup-done", "grade", *variables],
+               if k not in ("WORKERS", "SANDBOX", "EXECUTOR", "ASSIGNMENT", "DEMO", "REGRADE",
+                            "MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+        done = subprocess.run(["make", "-n", "--no-print-directory", "-W", ".venv/.setup-done",
+                               "grade", *variables],
                               cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
-        return done.stdout.strip().splitlines()[-1].split()
+        line = next(l for l in done.stdout.splitlines() if "grader.cli grade" in l)
+        return line.split()
 
     assert dry_run()[-2:] == ["grader.cli", "grade"]
     assert dry_run("WORKERS=2", "SANDBOX=off")[-4:] == ["--workers", "2", "--sandbox", "off"]

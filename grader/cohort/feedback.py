@@ -6,6 +6,7 @@ import html
 import os
 
 from grader.cohort import assign, files
+from grader.cohort.merge import Graded
 
 # nbgrader's feedback shows outputs in <pre> blocks that keep each line on one line: a verdict
 # with its figures and hint runs off the side. Wrap them instead.
@@ -22,7 +23,7 @@ def generate_feedback(course: str, assignments, outcomes) -> None:
             if o.submission.assignment == assignment:
                 wrap_feedback_lines(files.feedback_dir(course, o.submission.student, assignment))
     for o in outcomes:
-        if o.status == "failed" or (o.status == "skipped" and o.reason):
+        if o.status == Graded.FAILED or (o.status == Graded.SKIPPED and o.reason):
             folder = files.feedback_dir(course, o.submission.student, o.submission.assignment)
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, files.NOT_GRADED_PAGE), "w") as fh:

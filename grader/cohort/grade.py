@@ -45,7 +45,7 @@ import time
 from grader.cohort import assign, files
 from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
 from grader.cohort.collect import Submission, scan, zip_collect
-from grader.cohort.merge import Outcome, already_graded, merge, merge_attempt, unreadable_reason
+from grader.cohort.merge import Graded, Outcome, already_graded, merge, merge_attempt, unreadable_reason
 from grader.cohort.settings import DEFAULTS, add_arguments, from_arguments
 from grader.isolation import sandbox
 
@@ -224,7 +224,7 @@ def autograde_all(run: Run) -> None:
         digest = sub.digest()
         prev = None if run.regrade else already_graded(run.course, sub, digest)
         if prev is not None:
-            done.append(Outcome(sub, "skipped", prev.get("reason", ""), prev.get("score", 0.0),
+            done.append(Outcome(sub, Graded.SKIPPED, prev.get("reason", ""), prev.get("score", 0.0),
                                 prev.get("max_score", 0.0)))
         elif unreadable_reason(sub):
             # Nothing to run: record the zero and the reason at once (no kernel, no sandbox).
@@ -317,7 +317,7 @@ def write_report(run: Run) -> None:
 
 
 def summarize(run: Run) -> None:
-    graded = [o for o in run.outcomes if o.status in ("graded", "skipped") and not o.reason]
+    graded = [o for o in run.outcomes if o.status in (Graded.GRADED, Graded.SKIPPED) and not o.reason]
     failed = [o for o in run.outcomes if o not in graded]
     run.log("")
     run.log(f"graded {len(graded)} of {len(run.outcomes)} submissions in "
@@ -384,7 +384,7 @@ def exit_status(run: Run) -> int:
         for line in mismatches:
             print(f"demo: unexpected score: {line}")
         return 1 if mismatches else 0
-    return 2 if any(o.status == "failed" for o in run.outcomes) else 0
+    return 2 if any(o.status == Graded.FAILED for o in run.outcomes) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ and comments are kept (as nbgrader's own autograde keeps them).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import re
@@ -21,10 +22,23 @@ from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
 
 
+class Graded(str, enum.Enum):
+    """How a submission came out of a run. A ``str``: it compares equal to its value."""
+
+    GRADED = "graded"    # graded from its own notebook
+    FAILED = "failed"    # scored zero, with the reason (NOT_GRADED.txt)
+    SKIPPED = "skipped"  # already graded and unchanged since (its marker)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass
 class Outcome:
+    """One submission's result in a run, as the summary, the report and the exit status read it."""
+
     submission: Submission
-    status: str              # 'graded', 'failed' (zero, with reason), 'skipped' (already graded)
+    status: Graded
     reason: str = ""
     score: float = 0.0
     max_score: float = 0.0
@@ -136,7 +150,8 @@ def merge(course: str, sub: Submission, tmp: str | None, failure: str | None, di
     for name, kept in files.KEPT_AS:
         if tmp and os.path.exists(os.path.join(tmp, name)):
             shutil.copy(os.path.join(tmp, name), os.path.join(target, kept))
-    outcome = Outcome(sub, "graded" if failure is None else "failed", failure or "", score, max_score)
+    outcome = Outcome(sub, Graded.GRADED if failure is None else Graded.FAILED, failure or "",
+                      score, max_score)
     with open(marker_path(course, sub), "w") as fh:  # last: marks the merge as complete
         json.dump({"digest": digest, "status": outcome.status, "reason": outcome.reason,
                    "score": score, "max_score": max_score}, fh)

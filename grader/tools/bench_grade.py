@@ -20,6 +20,7 @@ import time
 
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
+from grader.cohort.merge import Graded
 from grader._paths import REPO_ROOT
 from grader.checks.tables import markdown_table
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder = os.path.join(REPO, "build", f"bench-grade-{assignment}-{executor}{workers}")
                 run, total = grade_cohort(assignment, args.students, workers, folder, executor)
                 totals[(assignment, executor, workers)] = total
-                graded = sorted((o for o in run.outcomes if o.status == "graded"),
+                graded = sorted((o for o in run.outcomes if o.status == Graded.GRADED),
                                 key=lambda o: o.submission.student)
                 seconds = [o.seconds for o in graded]
                 scores = sorted({f"{o.score:g}/{o.max_score:g}" for o in run.outcomes})
