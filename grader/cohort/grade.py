@@ -59,7 +59,7 @@ class Run:
     # The options of grader.cohort.settings.GradeSettings (defaults and help declared there).
     workers: int = DEFAULTS.workers
     timeout_s: float = DEFAULTS.timeout_s
-    memory_bytes: int = DEFAULTS.run_options()["memory_bytes"]
+    memory_bytes: int = DEFAULTS.memory_bytes
     cell_timeout_s: int = DEFAULTS.cell_timeout_s
     sandbox: str = DEFAULTS.sandbox
     regrade: bool = DEFAULTS.regrade

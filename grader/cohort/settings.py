@@ -64,13 +64,18 @@ class GradeSettings:
                                    "unchanged (e.g. after fixing a test); grades are replaced, "
                                    "not added")
 
+    @property
+    def memory_bytes(self) -> int:
+        """``memory_gb`` in bytes (what the sandbox's limit takes)."""
+        return int(self.memory_gb * 1024 ** 3)
+
     def run_options(self) -> dict:
         """The keyword arguments of :func:`grader.cohort.grade.grade` for these settings."""
         def path(p: str) -> str:
             return os.path.abspath(p) if p else ""
 
         return {"workers": self.workers, "timeout_s": self.timeout_s,
-                "memory_bytes": int(self.memory_gb * 1024 ** 3),
+                "memory_bytes": self.memory_bytes,
                 "cell_timeout_s": self.cell_timeout_s, "sandbox": self.sandbox,
                 "regrade": self.regrade, "executor": self.executor,
                 "ray_address": self.ray_address,
