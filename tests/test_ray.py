@@ -233,3 +233,34 @@ def test_a_gcs_address_from_outside_the_cluster_fails_with_the_ray_client_hint(m
     with pytest.raises(RuntimeError, match=r"from any other machine connect through Ray Client: "
                                            r"RAY_ADDRESS=ray://HEAD:10001"):
         distributed.RayExecutor("10.1.2.3:6379")
+
+
+def test_a_ray_client_server_that_dies_starting_up_is_connected_to_again(monkeypatch):
+    """Ray issue #63202 (failed this project's CI once): Ray Client's per-connection server dies
+    while it starts and ray.init raises ConnectionAbortedError; the driver connects again, and
+    gives up with Ray's own error after CLIENT_CONNECT_TRIES."""
+    import types
+
+    import pytest
+
+    calls = []
+
+    def init_failing(times):
+        def init(address=None, **kwargs):
+            calls.append(address)
+            if len(calls) <= times:
+                raise ConnectionAbortedError("Initialization failure from server:\n"
+                                             "psutil.ZombieProcess: PID still exists")
+        return types.SimpleNamespace(init=init)
+
+    monkeypatch.setattr(distributed, "CLIENT_RETRY_PAUSE_S", 0)
+    distributed._init_ray(init_failing(2), "ray://head:10001", client=True)
+    assert calls == ["ray://head:10001"] * 3
+    calls.clear()
+    with pytest.raises(ConnectionAbortedError, match="Initialization failure"):
+        distributed._init_ray(init_failing(3), "ray://head:10001", client=True)
+    assert len(calls) == distributed.CLIENT_CONNECT_TRIES
+    calls.clear()
+    with pytest.raises(ConnectionAbortedError):   # not Ray Client: not Ray's race, no retry
+        distributed._init_ray(init_failing(1), "10.1.2.3:6379", client=False)
+    assert len(calls) == 1

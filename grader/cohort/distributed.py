@@ -47,6 +47,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from typing import Iterator
 
 from grader.cohort import files
@@ -56,6 +57,8 @@ from grader.isolation.sandbox import pack_folder, unpack_folder
 
 CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge); nbgrader's kernel one more
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
+CLIENT_CONNECT_TRIES = 3  # Ray Client connections, when the server dies starting up (_init_ray)
+CLIENT_RETRY_PAUSE_S = 2.0
 # What a task sends back from its grading copy (grader.cohort.attempt.run_attempt's folder).
 RESULT_PATHS = (files.GRADEBOOK, files.AUTOGRADED, files.PIPELINE_FILE,
                 files.PIPELINE_DISAGREEMENTS_FILE, files.AUTOGRADE_LOG)
@@ -227,6 +230,28 @@ def prepare_task(payload: bytes, assignment: str) -> dict:
         shutil.rmtree(course, ignore_errors=True)
 
 
+def _init_ray(ray, address: str | None, client: bool) -> None:
+    """``ray.init``; through Ray Client, tried again when the client's server dies starting up.
+
+    Ray Client's proxy starts one server process per connection, and that process sometimes dies
+    while it starts (Ray issue #63202, open in Ray 2.60: a race between the proxy's gRPC poller
+    and fork); the connection then fails with ``ConnectionAbortedError("Initialization failure
+    from server ...")``. Nothing was sent yet, so a second connection is safe.
+    """
+    kwargs = {} if client else {"include_dashboard": False}
+    for attempt in range(1, CLIENT_CONNECT_TRIES + 1):
+        try:
+            ray.init(address=address, log_to_driver=False, **kwargs)
+            return
+        except ConnectionAbortedError as exc:
+            if not client or attempt == CLIENT_CONNECT_TRIES:
+                raise
+            print(f"Ray Client: the server for this connection died starting up "
+                  f"({str(exc).splitlines()[-1][:200]}); connecting again "
+                  f"({attempt + 1}/{CLIENT_CONNECT_TRIES})", file=sys.stderr, flush=True)
+            time.sleep(CLIENT_RETRY_PAUSE_S)
+
+
 class RayExecutor:
     """Submits grading tasks to Ray and hands back finished ones, in the order they finish."""
 
@@ -245,8 +270,7 @@ class RayExecutor:
             address = address or os.environ.get("RAY_ADDRESS") or None
             client = bool(address) and address.startswith("ray://")
             try:
-                ray.init(address=address, log_to_driver=False,
-                         **({} if client else {"include_dashboard": False}))
+                _init_ray(ray, address, client)
             except (ConnectionError, RuntimeError) as exc:
                 if not address or client or address in ("auto", "local"):
                     raise
