@@ -19,20 +19,20 @@ c.ExecutePreprocessor.timeout = DEFAULTS.cell_timeout_s
 # --- Autograde: nbgrader's default steps, in its order, with two of ours --------------------
 # Formgrader's autograde (`make lab`) and `make grade` both run this chain. RobustExecute is
 # nbgrader's Execute made to survive a kernel that dies (and, during `make grade`, to start the
-# kernel in the sandbox); ApplyPipelineScores puts the grading pipeline's points on the test cells
-# (during `make grade` only; elsewhere it does nothing). Order matters: ApplyPipelineScores after
+# kernel in the sandbox); ApplyJudgedScores puts the judged points on the test cells
+# (during `make grade` only; elsewhere it does nothing). Order matters: ApplyJudgedScores after
 # SaveAutoGrades (which records what the kernel scored) and before AssignLatePenalties (which
 # must see the final score).
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata,  # noqa: E402
                                     IgnorePattern, LimitOutput, SaveAutoGrades)
 
-from grader.cohort.apply_scores import ApplyPipelineScores  # noqa: E402
+from grader.cohort.apply_scores import ApplyJudgedScores  # noqa: E402
 from grader.cohort.robust_execute import RobustExecute  # noqa: E402
 
 c.Autograde.autograde_preprocessors = [
     RobustExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-    ApplyPipelineScores, AssignLatePenalties, CheckCellMetadata,
+    ApplyJudgedScores, AssignLatePenalties, CheckCellMetadata,
 ]
 # Student versions keep the problem's own setup cells; solutions and hidden tests are stripped.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -190,3 +190,24 @@ def test_every_environment_variable_is_named_in_one_module():
     assert not spelled, "\n".join(spelled)
     assert all(value.startswith("COURSE_") for value in _environment.ALL.values())
     assert len(set(_environment.ALL.values())) == len(_environment.ALL)
+
+
+LONG_MODULE_LINES = 420   # "no module over ~400 lines without a reason written at its top"
+
+
+def test_a_long_module_says_at_its_top_why_it_is_one_module():
+    long_ones, unexplained = [], []
+    for root, _, names in os.walk(PACKAGE):
+        for name in names:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(root, name)
+            source = open(path).read()
+            if source.count("\n") <= LONG_MODULE_LINES:
+                continue
+            long_ones.append(os.path.relpath(path, PACKAGE))
+            if "Why " not in (ast.get_docstring(ast.parse(source)) or ""):
+                unexplained.append(os.path.relpath(path, PACKAGE))
+    assert long_ones, "the check sees no module at all"
+    assert not unexplained, f"over {LONG_MODULE_LINES} lines with no reason in the docstring: " \
+                            f"{unexplained}"

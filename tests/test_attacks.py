@@ -1,5 +1,5 @@
 """The attack corpus: submissions written the way a determined student would, each graded by the
-real pipeline (`grade()`, what `make grade` runs), none scoring above what the same code earns
+real run (`grade()`, what `make grade` runs), none scoring above what the same code earns
 honestly; nothing secret reaches any feedback; nothing a submission started outlives it; and a
 grader's manual scores survive a regrade, with timestamps and late penalties applied as nbgrader
 applies them.
@@ -33,7 +33,7 @@ BLANK = None  # the release notebook's stub, untouched
 # A line of the reference solution that no other notebook of ps2 contains.
 REFERENCE_LINE = "xs = x.view(rows, self.groups, d // self.groups)"
 
-# Attacks inside the solution cell: the pipeline reads these cells, so the static check meets them.
+# Attacks inside the solution cell: the judged scoring reads these cells, so the static check meets them.
 SOLUTION_ATTACKS = {
     "patch_evaluation": PASS_CLASS + "from grader.isolation.check import Evaluation\n"
                                      "Evaluation.require = lambda self, name: None\n"

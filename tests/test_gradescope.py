@@ -114,7 +114,7 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
     assert "torch==2.6.0 torchvision==0.21.0" in setup and "pip install -q ./course" in setup
     assert config == {"assignment": ASSIGNMENT, "deadline_s": 540}   # Gradescope's 600 s less 60
     assert "README.md" in names
-    assert {"course/pyproject.toml", "course/grader/cohort/pipeline.py", "course/grader/isolation/judge.py",
+    assert {"course/pyproject.toml", "course/grader/cohort/scoring.py", "course/grader/isolation/judge.py",
             f"course/grader/problems/{ASSIGNMENT}.py",
             f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"} <= names
     # Only this set's reference solution travels; no caches, no other sets, no demo cohort.
@@ -273,9 +273,9 @@ def test_the_base_image_minimums_cover_this_torchs_wheels():
 # deadline and on an unexpected error
 
 def _partial(cells: dict):
-    from grader.cohort.pipeline import PipelineResult
+    from grader.cohort.scoring import JudgedScores
 
-    return PipelineResult(ASSIGNMENT, {}, cells, {}, "none")
+    return JudgedScores(ASSIGNMENT, {}, cells, {}, "none")
 
 
 GRADED = {"ps2-q1-correctness": {"grade_id": "ps2-q1-correctness", "points": 3.0,
@@ -296,7 +296,7 @@ def _read(root: str) -> dict:
         return json.load(fh)
 
 
-def _stopped_pipeline(seen: list, root: str, *, fail: Exception | None = None):
+def _stopped_scoring(seen: list, root: str, *, fail: Exception | None = None):
     """A stand-in for grade_notebook: checks what results.json says before anything is graded,
     reports one graded cell through ``progress``, then waits (to be stopped) or raises ``fail``."""
     import time
@@ -331,11 +331,11 @@ def _check_partial(results: dict, reason: str):
 def test_results_say_grading_did_not_finish_from_the_start_and_after_each_group(tree, monkeypatch):
     import threading
 
-    import grader.cohort.pipeline as pipeline
+    import grader.cohort.scoring as scoring
     from grader.cohort.gradescope import NOT_FINISHED, grade_submission
 
     seen: list = []
-    monkeypatch.setattr(pipeline, "grade_notebook", _stopped_pipeline(seen, tree))
+    monkeypatch.setattr(scoring, "grade_notebook", _stopped_scoring(seen, tree))
     timer = threading.Timer(3.0, os.kill, (os.getpid(), __import__("signal").SIGTERM))
     timer.start()
     try:
@@ -354,21 +354,21 @@ def test_results_say_grading_did_not_finish_from_the_start_and_after_each_group(
 
 
 def test_the_deadline_stops_grading_and_says_so(tree, monkeypatch):
-    import grader.cohort.pipeline as pipeline
+    import grader.cohort.scoring as scoring
     from grader.cohort.gradescope import grade_submission
 
-    monkeypatch.setattr(pipeline, "grade_notebook", _stopped_pipeline([], tree))
+    monkeypatch.setattr(scoring, "grade_notebook", _stopped_scoring([], tree))
     results = grade_submission(tree, sandbox="off", deadline_s=4)
     _check_partial(results, "the autograder's time budget of 4 s ran out")
     assert _read(tree) == results
 
 
 def test_an_unexpected_error_of_the_grader_keeps_what_was_graded_and_says_why(tree, monkeypatch):
-    import grader.cohort.pipeline as pipeline
+    import grader.cohort.scoring as scoring
     from grader.cohort.gradescope import grade_submission
 
-    monkeypatch.setattr(pipeline, "grade_notebook",
-                        _stopped_pipeline([], tree, fail=KeyError("judge reply without 'cells'")))
+    monkeypatch.setattr(scoring, "grade_notebook",
+                        _stopped_scoring([], tree, fail=KeyError("judge reply without 'cells'")))
     results = grade_submission(tree, sandbox="off", deadline_s=0)
     _check_partial(results, "the grader failed (KeyError: \"judge reply without 'cells'\")")
     assert "not a verdict on your code" in results["output"]

@@ -100,7 +100,7 @@ assert not _found, f"found the reference: {_found[:3]}"
 def test_nothing_of_the_reference_reaches_the_subject(course_with_reference, monkeypatch):
     import nbformat
 
-    from grader.isolation.judge import SubjectSession
+    from grader.isolation.subject_session import SubjectSession
 
     path = os.path.join(course_with_reference, "source", "fx", "fx.ipynb")
     nb = nbformat.read(path, 4)

@@ -19,9 +19,10 @@ import os
 import pytest
 
 from grader.checks import targets
-from grader.isolation import judge as judge_module
+from grader.isolation import reference_side
 from grader.isolation.check import Evaluation, job_for, score_cell
-from grader.isolation.judge import JobFigures, Judge
+from grader.isolation.judge import Judge
+from grader.isolation.reference_side import JobFigures
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem
 from grader.problems import test_cells as declared_test_cells
@@ -156,7 +157,7 @@ def _figures(first: dict, per_call: dict) -> JobFigures:
 
 @pytest.fixture
 def ps3_judge(monkeypatch):
-    monkeypatch.setattr(judge_module, "measure_jobs",
+    monkeypatch.setattr(reference_side, "measure_jobs",
                         lambda problem, device: _figures(FIRST_S, PER_CALL_S))
     return Judge()
 
@@ -221,10 +222,41 @@ def test_ps3_rule_that_raises_or_answers_no_mode_scores_nothing(ps3_judge, body,
 
 def test_ps3_where_compiling_never_pays_every_right_answer_is_eager(monkeypatch):
     slower = {m: (140e-6 if m == "none" else 150e-6) for m in PER_CALL_S}
-    monkeypatch.setattr(judge_module, "measure_jobs",
+    monkeypatch.setattr(reference_side, "measure_jobs",
                         lambda problem, device: _figures(FIRST_S, slower))
     results = grade(Judge(), ["ps3.q1"], _rule('return "none"'))
     message = results["ps3.q1"]["checks"]["job"]["message"]
     assert "no compile mode is faster per call than eager here" in message, message
     assert all(10 ** 3 <= j["calls"] <= 10 ** 6 for j in results["ps3.q1"]["checks"]["job"]["jobs"])
     assert points("ps3", results) == 5
+
+
+def test_ps3_figures_are_measured_once_per_run_and_handed_to_every_other_judge(monkeypatch):
+    """A run's first judge measures ps3's figures; the other judges (local workers, Ray tasks)
+    build their references from those figures (the same break-even for every submission)
+    instead of measuring ~50 s again; figures for other modes are refused, never half-used."""
+    measured = []
+
+    def measure(problem, device):
+        measured.append(problem.key)
+        return _figures(FIRST_S, PER_CALL_S)
+
+    monkeypatch.setattr(reference_side, "measure_jobs", measure)
+    job = job_for(["ps3.q1"], [], course_root=ROOT)
+    first = Judge().build_references(job)
+    assert measured == ["ps3.q1"]
+    figures = first["measured_jobs"]["ps3.q1"]
+    assert figures["break_even"] == pytest.approx(_figures(FIRST_S, PER_CALL_S).break_even)
+
+    other = Judge()
+    again = other.build_references(dict(job, measured_jobs=first["measured_jobs"]))
+    assert measured == ["ps3.q1"], "the second judge measured again"
+    assert again["measured_jobs"] == first["measured_jobs"]
+    result = grade(other, ["ps3.q1"], REFERENCE_PS3)["ps3.q1"]
+    assert measured == ["ps3.q1"] and result["status"] == "ok", result
+    assert f"compiling pays after {figures['break_even']:,.0f} calls" in \
+        result["checks"]["job"]["message"], result["checks"]["job"]["message"]
+
+    wrong = {"ps3.q1": dict(figures, samples={"none": [1e-4]}, first_call_s={"none": 0.0})}
+    with pytest.raises(ValueError, match="job figures"):
+        Judge().build_references(dict(job, measured_jobs=wrong))

@@ -1,7 +1,7 @@
 """`make grade` takes an LMS's bulk download: a zip in downloads/ASSIGNMENT/archive/ is collected
 by `nbgrader zip_collect` into submitted/STUDENT/ASSIGNMENT/, each student taken from the file
 name by the regexp in nbgrader_config.py (Canvas naming). No autograding here: only the first
-step of the pipeline, `find_submissions`, runs.
+step of the run, `find_submissions`, runs.
 """
 import os
 import shutil

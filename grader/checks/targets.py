@@ -233,13 +233,25 @@ def break_even(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str
     per = {name: statistics.median(seconds) for name, seconds in samples.items()}
     best: tuple[float | None, str | None] = (None, None)
     for name in samples:
-        saved = per[eager] - per[name]
-        if name == eager or saved <= 0:
+        if name == eager:
             continue
-        calls = max(1.0, (first_call_s[name] - first_call_s[eager]) / saved)
+        calls = calls_to_pay_back(first_call_s[name] - first_call_s[eager], per[eager] - per[name])
+        if math.isinf(calls):
+            continue
+        calls = max(1.0, calls)
         if best[0] is None or calls < best[0]:
             best = (calls, name)
     return best
+
+
+def calls_to_pay_back(extra_seconds: float, saved_per_call_s: float) -> float:
+    """How many calls repay a one-off cost (a compile) from what each call saves: ``inf`` when a
+    call saves nothing. The one break-even formula of the course: ps3's judge counts the calls
+    after the first (its extra cost is the compiled first call over eager's), chapter 3 all of
+    them (:func:`grader.course.chapters.break_even_calls`)."""
+    if saved_per_call_s <= 0:
+        return math.inf
+    return max(extra_seconds, 0.0) / saved_per_call_s
 
 
 def judge_plan_choice(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],

@@ -1,7 +1,7 @@
 """Grading a cohort around nbgrader: ``grade`` (the run and its steps behind ``make grade``),
 ``collect`` (what was submitted), ``attempt`` (one submission graded in its own copy, on local
 workers), ``distributed`` (the same on Ray), ``merge`` (the single writer of the gradebook),
-``pipeline`` (a submission's points), ``kernel`` (the sandboxed notebook kernel),
+``scoring`` (a submission's points, judged, then scored per test cell), ``kernel`` (the sandboxed notebook kernel),
 ``apply_scores`` and ``robust_execute`` (nbgrader preprocessors), ``assign`` (nbgrader's command
 line, releases), ``feedback``, ``demo``, ``report``, ``export`` (CSV, Canvas), ``gradescope``,
 and ``files`` (every file name they read or write).

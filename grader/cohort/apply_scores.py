@@ -1,17 +1,17 @@
-"""nbgrader step: the grading pipeline's points replace what the notebook's kernel scored.
+"""nbgrader step: the judged points replace what the notebook's kernel scored.
 
-During ``make grade`` the points of every autograded test cell are decided by the grading
-pipeline (:mod:`grader.cohort.pipeline`), in a process that never ran learner code; the kernel only
+During ``make grade`` the points of every autograded test cell are decided by the judge
+and scored (:mod:`grader.cohort.scoring`), in a process that never ran learner code; the kernel only
 displays them. This step runs in nbgrader's own process right after ``SaveAutoGrades`` (which
 recorded what the kernel's outputs scored) and before ``AssignLatePenalties`` (which must see
 the real score):
 
-- each test cell's ``auto_score`` in the gradebook becomes the pipeline's points;
-- its outputs in the graded notebook (and so in the feedback) become the pipeline's verdicts and
+- each test cell's ``auto_score`` in the gradebook becomes the judged points;
+- its outputs in the graded notebook (and so in the feedback) become the judge's verdicts and
   figures; where the kernel's own output or score differed, a note says so, and the difference
   is recorded for the cohort report.
 
-Without ``COURSE_PIPELINE_FILE`` (Formgrader's autograde, ``nbgrader validate``) it does nothing.
+Without ``COURSE_JUDGED_SCORES_FILE`` (Formgrader's autograde, ``nbgrader validate``) it does nothing.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from grader.cohort import files
 from grader.isolation.source import is_autograded_test_cell
 from grader import _environment as environment
 
-PIPELINE_FILE_ENV = environment.PIPELINE_FILE
+JUDGED_SCORES_FILE_ENV = environment.JUDGED_SCORES_FILE
 DISAGREED = ("Note: your notebook's own test output disagreed with the grader's measurement "
              "(it showed {shown}); the grade above is the grader's.")
 
@@ -36,15 +36,15 @@ def _stdout(cell) -> str:
                    if o.get("output_type") == "stream" and o.get("name") == "stdout")
 
 
-class ApplyPipelineScores(NbGraderPreprocessor):
-    """Put the grading pipeline's points and verdicts on every declared test cell."""
+class ApplyJudgedScores(NbGraderPreprocessor):
+    """Put the judged points and verdicts on every declared test cell."""
 
     def preprocess(self, nb, resources):
-        path = os.environ.get(PIPELINE_FILE_ENV)
+        path = os.environ.get(JUDGED_SCORES_FILE_ENV)
         if not path:
             return nb, resources
         with open(path) as fh:
-            self.pipeline = json.load(fh)
+            self.judged = json.load(fh)
         self.disagreements: list[dict] = []
         db = resources["nbgrader"]
         with Gradebook(db["db_url"]) as gb:
@@ -52,7 +52,7 @@ class ApplyPipelineScores(NbGraderPreprocessor):
                 if is_autograded_test_cell(cell):
                     self._apply(gb, cell, db)
             gb.db.commit()
-        record = os.environ.get(PIPELINE_FILE_ENV) + files.DISAGREEMENTS_SUFFIX
+        record = os.environ.get(JUDGED_SCORES_FILE_ENV) + files.DISAGREEMENTS_SUFFIX
         with open(record, "w") as fh:
             json.dump(self.disagreements, fh)
         return nb, resources
@@ -60,7 +60,7 @@ class ApplyPipelineScores(NbGraderPreprocessor):
     def _apply(self, gb: Gradebook, cell, db: dict) -> None:
         grade_id = cell.metadata["nbgrader"]["grade_id"]
         grade = gb.find_grade(grade_id, db["notebook"], db["assignment"], db["student"])
-        scored = self.pipeline.get("cells", {}).get(grade_id)
+        scored = self.judged.get("cells", {}).get(grade_id)
         if scored is None:
             scored = {"points": 0.0, "text": f"[FAIL] {grade_id}: this test cell is not declared "
                                              f"in the problem set's TEST_CELLS, so it scores 0"}

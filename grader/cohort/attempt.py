@@ -1,4 +1,4 @@
-"""One submission's attempt: its points decided by the grading pipeline (no learner code in this
+"""One submission's attempt: its points decided by the judged scoring (no learner code in this
 process), then nbgrader's run of the notebook, for the feedback, in a temporary course copy with
 the kernel sandboxed. :func:`run_attempt` returns an :class:`Attempt`: the grading copy to merge
 (:func:`grader.cohort.merge.merge_attempt`) or why it could not be graded.
@@ -14,11 +14,11 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from typing import Iterator
 
 from grader.cohort import assign, files
 from grader.cohort.collect import Submission
+from grader.checks.phases import Phases
 from grader.cohort.kernel import kernel_settings, short_runtime_dir
 from grader.isolation import sandbox
 from grader import _environment as environment
@@ -68,24 +68,23 @@ def submitted_notebook(course: str, sub: Submission) -> str | None:
 
 def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
                 isolation: sandbox.Isolation, judge=None, device: str | None = None) -> Attempt:
-    """Grade one submission: the pipeline's points (no learner code here; ``judge`` decides
+    """Grade one submission: the judged points (no learner code here; ``judge`` decides
     them, on ``device``), then nbgrader in a temporary course copy with the kernel sandboxed.
     The attempt's ``phases`` hold the seconds of each step (each group of problems the judge
     graded, broken down by the judge; nbgrader's run of the notebook) for ``make bench-grade``."""
-    t0 = time.monotonic()
+    phases = Phases()
     tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-")
     uid = runtime_dir = None
-    phases: dict = {}
 
     def done(failure: str | None) -> Attempt:
-        return Attempt(tmp, failure, time.monotonic() - t0, phases)
+        return Attempt(tmp, failure, phases.elapsed(), dict(phases.seconds))
 
     try:
         # 1. The points, decided here.
         notebook = submitted_notebook(course, sub)
         if notebook is None:
             return done(f"the submission has no {sub.assignment} notebook")
-        from grader.cohort.pipeline import grade_notebook
+        from grader.cohort.scoring import grade_notebook
 
         # The grader's own attack tests name students whose code skips the screen (defence in
         # depth) to attack what stands behind it; a submission cannot reach this process's
@@ -94,13 +93,13 @@ def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
         result = grade_notebook(notebook, sub.assignment, course, sandbox=settings.sandbox,
                                 device=device, judge=judge, isolation=isolation, screen=screen,
                                 timeout_s=settings.subject_timeout_s)
-        pipeline_file = os.path.join(tmp, files.PIPELINE_FILE)
-        display_file = os.path.join(tmp, files.PIPELINE_DISPLAY_FILE)
-        result.save(pipeline_file, display_file)
+        scores_file = os.path.join(tmp, files.JUDGED_SCORES_FILE)
+        display_file = os.path.join(tmp, files.JUDGED_SCORES_DISPLAY_FILE)
+        result.save(scores_file, display_file)
         os.chmod(display_file, 0o644)
-        phases.update(result.phases())
-        phases["pipeline"] = round(time.monotonic() - t0, 2)
-        t_nbgrader = time.monotonic()
+        for name, seconds in result.phases().items():
+            phases.record(name, seconds)
+        phases.lap("judged scores")
 
         # 2. nbgrader's run of the notebook, for the feedback, in a course copy.
         shutil.copy(os.path.join(course, files.NBGRADER_CONFIG), tmp)
@@ -119,7 +118,7 @@ def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
         env = assign.nbgrader_env()
         env.update(HOME=os.path.join(tmp, "home"), TMPDIR=tmp, PYTHONDONTWRITEBYTECODE="1",
                    MPLBACKEND="Agg", JUPYTER_PLATFORM_DIRS="1", JUPYTER_RUNTIME_DIR=tmp,
-                   COURSE_PIPELINE_FILE=pipeline_file,
+                   COURSE_JUDGED_SCORES_FILE=scores_file,
                    COURSE_KERNEL_SANDBOX=kernel_settings(
                        isolation=isolation, uid=uid,
                        runtime_dir=runtime_dir, workdir=workdir,
@@ -127,7 +126,7 @@ def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
         for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_PATH"):
             env.pop(name, None)
         os.makedirs(env["HOME"])
-        left = max(60.0, settings.timeout_s - (time.monotonic() - t0))
+        left = max(60.0, settings.timeout_s - phases.elapsed())
         finished = sandbox.run(
             [sys.executable, "-m", "nbgrader", "autograde", sub.assignment,
              "--student", sub.student, "--force", f"--Execute.timeout={int(settings.cell_timeout_s)}",
@@ -137,7 +136,7 @@ def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
             limits=sandbox.Limits(timeout_s=left,
                                   memory_bytes=None if device else settings.memory_bytes),
             env=env, cwd=tmp)
-        phases["nbgrader autograde"] = round(time.monotonic() - t_nbgrader, 2)
+        phases.lap("nbgrader autograde")
         with open(os.path.join(tmp, files.AUTOGRADE_LOG), "wb") as fh:
             fh.write(finished.output)
         if finished.timed_out:

@@ -5,8 +5,8 @@ Each submission is one Ray task with declared resources (:data:`CPUS_PER_SUBMISS
 on GPU nodes one whole GPU, so two timed runs never share a GPU). Nodes share no filesystem: a
 task receives what grading one submission needs as data (:func:`stage`: the course's
 ``nbgrader_config.py`` and ``gradebook.db``, ``source/ASSIGNMENT/``, the submission, and the
-run's prepared reference caches through Ray's object store) and returns the graded result as
-data (:func:`grade_task`: the grading copy's gradebook, the autograded notebook, the pipeline's
+run's built references through Ray's object store: the judges' compiler cache and measured figures) and returns the graded result as
+data (:func:`grade_task`: the grading copy's gradebook, the autograded notebook, the judged
 results, nbgrader's log). A task grades through the same :func:`grader.cohort.attempt.run_attempt`
 as a local worker; :func:`ray_attempts` unpacks each finished task into a local folder as an
 :class:`~grader.cohort.attempt.Attempt`, and the driver (:func:`grader.cohort.grade.autograde_all`)
@@ -60,8 +60,8 @@ MAX_RETRIES = 2           # tries after a lost worker process or node, before th
 CLIENT_CONNECT_TRIES = 3  # Ray Client connections, when the server dies starting up (_init_ray)
 CLIENT_RETRY_PAUSE_S = 2.0
 # What a task sends back from its grading copy (grader.cohort.attempt.run_attempt's folder).
-RESULT_PATHS = (files.GRADEBOOK, files.AUTOGRADED, files.PIPELINE_FILE,
-                files.PIPELINE_DISAGREEMENTS_FILE, files.AUTOGRADE_LOG)
+RESULT_PATHS = (files.GRADEBOOK, files.AUTOGRADED, files.JUDGED_SCORES_FILE,
+                files.DISAGREEMENTS_COPY_FILE, files.AUTOGRADE_LOG)
 
 
 CORE_LOCKS = os.path.join(tempfile.gettempdir(), "course-grader-cores")
@@ -152,7 +152,7 @@ def stage(course: str, assignment: str, student: str) -> bytes:
 
 
 def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptSettings,
-               prepared: dict | None) -> dict:
+               references: dict | None) -> dict:
     """Grade one staged submission on this node (the body of the Ray task): the same
     :func:`grader.cohort.attempt.run_attempt` as local grading, in a course folder unpacked from
     ``payload``. Returns the result archive, the failure (or None), seconds, phases and the node."""
@@ -170,12 +170,19 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
         except sandbox.SandboxUnavailable as exc:
             return {"archive": b"", "failure": f"node {node} cannot run the sandbox: {exc}",
                     "seconds": 0.0, "phases": {}, "node": node}
-        judge = _judge(course, prepared)
+        judge = _judge(course, references)
         try:
+            device = device_for(0, gpu_count())
+            if references and references.get("measured_jobs"):
+                # The run's figures for planning questions, not measured again in every task.
+                from grader.cohort import scoring
+
+                scoring.build_references(assignment, course, judge, device=device,
+                                          measured_jobs=references["measured_jobs"])
             sub = Submission(student, assignment,
                              os.path.join(course, files.SUBMITTED, student, assignment))
             attempt = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
-                                  device=device_for(0, gpu_count()))
+                                  device=device)
             tmp = attempt.folder
         finally:
             judge.close()
@@ -189,14 +196,14 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _judge(folder: str, prepared: dict | None):
-    """A judge for one task, its compiler cache started from the run's prepared one (the
-    reference side then compiles from cache hits) in ``folder``/judge-cache."""
-    from grader.isolation.judge import JudgeProcess
+def _judge(folder: str, references: dict | None):
+    """A judge for one task, its compiler cache started from the run's (:func:`references_task`:
+    the reference side then compiles from cache hits) in ``folder``/judge-cache."""
+    from grader.isolation.judge_process import JudgeProcess
 
     cache = os.path.join(folder, "judge-cache")
-    if prepared and prepared.get("cache"):
-        unpack_folder(prepared["cache"], cache)
+    if references and references.get("cache"):
+        unpack_folder(references["cache"], cache)
     return JudgeProcess(env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                                  TRITON_CACHE_DIR=os.path.join(cache, "triton")))
 
@@ -209,22 +216,24 @@ def unblock_sigint() -> set:
     return signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def prepare_task(payload: bytes, assignment: str) -> dict:
-    """The run's prepared reference caches for ``assignment``, built on a grading node (the
-    compiler cache is specific to the machine type, so the cluster's nodes should be one type)."""
-    from grader.cohort import pipeline
+def references_task(payload: bytes, assignment: str) -> dict:
+    """The run's references for ``assignment``, built on a grading node: the judge's compiler
+    cache (specific to the machine type, so the cluster's nodes should be one type) and the
+    planning questions' measured figures (:func:`grader.cohort.scoring.build_references`)."""
+    from grader.cohort import scoring
 
-    course = tempfile.mkdtemp(prefix=f"ray-prepare-{assignment}-")
+    course = tempfile.mkdtemp(prefix=f"ray-references-{assignment}-")
     claim_core()
     try:
         unpack_folder(payload, course)
         judge = _judge(course, None)
         try:
-            seconds = pipeline.prepare_references(assignment, course, judge,
-                                                  device=device_for(0, gpu_count()))
+            built = scoring.build_references(assignment, course, judge,
+                                              device=device_for(0, gpu_count()))
         finally:
             judge.close()
-        return {"cache": pack_folder(os.path.join(course, "judge-cache")), "seconds": seconds}
+        return {"cache": pack_folder(os.path.join(course, "judge-cache")),
+                "seconds": built.seconds, "measured_jobs": built.measured_jobs}
     finally:
         release_core()
         shutil.rmtree(course, ignore_errors=True)
@@ -284,7 +293,7 @@ class RayExecutor:
         self._grade = ray.remote(grade_task).options(
             num_cpus=CPUS_PER_SUBMISSION, num_gpus=self.gpus, max_retries=MAX_RETRIES,
             retry_exceptions=False)
-        self._prepare = ray.remote(prepare_task).options(
+        self._references = ray.remote(references_task).options(
             num_cpus=CPUS_PER_SUBMISSION, num_gpus=self.gpus, max_retries=MAX_RETRIES)
         self.pending: dict = {}
         self.nodes = self.check_nodes()
@@ -331,17 +340,18 @@ class RayExecutor:
                 f"{CPUS_PER_SUBMISSION} CPU" + (f" and {self.gpus:g} GPU" if self.gpus else "")
                 + " (pinned to a free core of its node)" + versions)
 
-    def prepare(self, course: str, assignment: str) -> dict:
+    def build_references(self, course: str, assignment: str) -> dict:
+        """:func:`references_task` for ``assignment``, run on a node; what every task starts from."""
         payload = pack_folder(course, [files.NBGRADER_CONFIG, os.path.join(files.SOURCE, assignment)])
-        return self.ray.get(self._prepare.remote(payload, assignment))
+        return self.ray.get(self._references.remote(payload, assignment))
 
     def put(self, value):
         return self.ray.put(value)
 
     def submit(self, key, course: str, student: str, assignment: str, settings: AttemptSettings,
-               prepared_ref) -> None:
+               references_ref) -> None:
         ref = self._grade.remote(stage(course, assignment, student), student, assignment,
-                                 settings, prepared_ref)
+                                 settings, references_ref)
         self.pending[ref] = key
 
     def finished(self):
@@ -370,12 +380,12 @@ def unpack_result(result: dict) -> str:
 
 
 def ray_attempts(executor: RayExecutor, course: str, todo: list[tuple[Submission, str]],
-                 settings: AttemptSettings, prepared: dict
+                 settings: AttemptSettings, references: dict
                  ) -> Iterator[tuple[Submission, str, Attempt]]:
     """The Ray executor: each submission a task; yields (submission, digest, attempt) as each
     finishes, the attempt's grading copy unpacked here. A task that failed in every try is an
     attempt with the reason. Interrupted (or closed early), it cancels the tasks left."""
-    refs = {a: executor.put(p) for a, p in prepared.items()}  # sent once per node
+    refs = {a: executor.put(r) for a, r in references.items()}  # sent once per node
     for index, (sub, digest) in enumerate(todo):
         executor.submit(index, course, sub.student, sub.assignment, settings, refs.get(sub.assignment))
     try:

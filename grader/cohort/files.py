@@ -13,8 +13,8 @@ A course folder (nbgrader's layout) after ``make grade``::
     reports/                                  grades.csv, canvas.csv, report.html (+ PNGs)
 
 One submission's grading copy (:mod:`grader.cohort.attempt`) holds the same course files, plus
-the pipeline's points (``pipeline.json``, what the kernel's test cells show:
-``pipeline-display.json``), the kernel's disagreements and nbgrader's log; the merge
+the judged points (``judged-scores.json``, what the kernel's test cells show:
+``judged-scores-display.json``), the kernel's disagreements and nbgrader's log; the merge
 (:mod:`grader.cohort.merge`) keeps them under the names above.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ REPORTS = "reports"
 
 # autograded/STUDENT/ASSIGNMENT/
 MARKER = ".graded.json"                         # written last: the merge of this submission is complete
-RESULTS_FILE = "grader-results.json"            # the pipeline's result, kept beside the graded notebook
+RESULTS_FILE = "grader-results.json"            # the judged result, kept beside the graded notebook
 DISAGREEMENTS_FILE = "grader-disagreements.json"  # test cells where the kernel showed otherwise
 NOT_GRADED_FILE = "NOT_GRADED.txt"              # why a submission scored zero
 AUTOGRADE_LOG = "autograde.log"                 # nbgrader's output (also in the grading copy)
@@ -49,12 +49,12 @@ CANVAS_CSV = "canvas.csv"
 REPORT_HTML = "report.html"
 
 # One submission's grading copy.
-PIPELINE_FILE = "pipeline.json"                 # the points the pipeline decided
-PIPELINE_DISPLAY_FILE = "pipeline-display.json"  # what the kernel's test cells show
-DISAGREEMENTS_SUFFIX = ".disagreements.json"    # apply_scores writes PIPELINE_FILE + this
-PIPELINE_DISAGREEMENTS_FILE = PIPELINE_FILE + DISAGREEMENTS_SUFFIX
+JUDGED_SCORES_FILE = "judged-scores.json"                 # the points the judge decided
+JUDGED_SCORES_DISPLAY_FILE = "judged-scores-display.json"  # what the kernel's test cells show
+DISAGREEMENTS_SUFFIX = ".disagreements.json"    # apply_scores writes JUDGED_SCORES_FILE + this
+DISAGREEMENTS_COPY_FILE = JUDGED_SCORES_FILE + DISAGREEMENTS_SUFFIX
 # grading copy -> autograded/STUDENT/ASSIGNMENT/
-KEPT_AS = ((PIPELINE_FILE, RESULTS_FILE), (PIPELINE_DISAGREEMENTS_FILE, DISAGREEMENTS_FILE))
+KEPT_AS = ((JUDGED_SCORES_FILE, RESULTS_FILE), (DISAGREEMENTS_COPY_FILE, DISAGREEMENTS_FILE))
 
 
 def db_url(course: str) -> str:

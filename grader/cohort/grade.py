@@ -10,7 +10,7 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
                        submitted/ is empty (graded in build/demo-course, and the output says so)
     choose_isolation   grader.isolation.sandbox (tried for real before anyone is graded)
     prepare_gradebook  nbgrader generate_assignment (grader.cohort.assign)
-    start_judges       grader.isolation.judge, grader.cohort.pipeline.prepare_references
+    start_judges       grader.isolation.judge, grader.cohort.scoring.build_references
     autograde_all      grader.cohort.attempt: one submission's attempt, on local worker threads
                        or on Ray (grader.cohort.distributed); grader.cohort.merge: each finished
                        attempt into the gradebook, from this process only
@@ -23,13 +23,13 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
 Every file name is in :mod:`grader.cohort.files`.
 
 Trust: a submission's autograded points are decided by processes that never run learner code:
-the grading pipeline (:mod:`grader.cohort.pipeline`) in this process reads the solution cells from
+the judged scoring (:mod:`grader.cohort.scoring`) in this process reads the solution cells from
 the submitted notebook, screens them, and has a judge process (:mod:`grader.isolation.judge`, one
 per worker) grade each problem — the learner's code runs in a sandboxed subject process that only
 answers the judge — then scores every test cell from the problem set's ``TEST_CELLS``. nbgrader then
 runs the notebook (for the feedback) in a temporary course copy, with the kernel — the only part
 that runs learner code — in the sandbox (:mod:`grader.cohort.kernel`), and its
-``ApplyPipelineScores`` step puts the pipeline's points on the test cells. Learner code sees
+``ApplyJudgedScores`` step puts the judged points on the test cells. Learner code sees
 neither the course nor the gradebook nor ``source/``.
 """
 from __future__ import annotations
@@ -68,10 +68,11 @@ class Run:
     subject_timeout_s: float | None = None  # per judge job (default: the problem's own)
     isolation: sandbox.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
-    prepared: dict = dataclasses.field(default_factory=dict)  # Ray: assignment -> judge cache
+    # Ray: assignment -> what each task's judge starts from (compiler cache, measured figures)
+    built_references: dict = dataclasses.field(default_factory=dict)
     judges: list = dataclasses.field(default_factory=list)    # one JudgeProcess per worker
     judge_dir: str = ""                                        # their logs and compiler cache
-    prepare_seconds: float = 0.0
+    references_seconds: float = 0.0   # building the references, once per run
     executor: str = DEFAULTS.executor  # 'local' (worker threads) or 'ray' (cohort.distributed)
     ray_address: str = DEFAULTS.ray_address  # empty: RAY_ADDRESS, else a local instance
     ray: object = None       # the RayExecutor, once started
@@ -156,7 +157,7 @@ def prepare_gradebook(run: Run) -> None:
     scored from a declaration the notebook does not have)."""
     from nbgrader.api import Gradebook
 
-    from grader.cohort.pipeline import declared_test_cells_problems
+    from grader.cohort.scoring import declared_test_cells_problems
 
     for assignment in sorted({s.assignment for s in run.submissions}):
         folder = os.path.join(run.course, files.SOURCE, assignment)
@@ -175,17 +176,19 @@ def start_judges(run: Run) -> None:
     """One judge process per worker (:mod:`grader.isolation.judge`: it never runs learner code,
     decides every point, and keeps each problem's baseline and reference compiled for every
     submission it grades), each given the problem sets' references now, before the first
-    submission. Judges share one compiler cache, so the second compiles nothing the first did."""
-    from grader.cohort.pipeline import prepare_references
-    from grader.isolation.judge import JudgeProcess
+    submission. Judges share one compiler cache, so the second compiles nothing the first did;
+    the first one's measured figures (ps3 q1) are handed to the others, so every submission of
+    the run is judged on the same ones."""
+    from grader.cohort.scoring import build_references
+    from grader.isolation.judge_process import JudgeProcess
 
     todo = sorted({s.assignment for s in run.submissions
                    if run.regrade or not already_graded(run.course, s)})
     if run.executor == "ray":
         for assignment in todo:  # built on a grading node: the cache suits its machine type
             started = time.monotonic()
-            run.prepared[assignment] = _ray(run).prepare(run.course, assignment)
-            run.prepare_seconds += time.monotonic() - started
+            run.built_references[assignment] = _ray(run).build_references(run.course, assignment)
+            run.references_seconds += time.monotonic() - started
         return
     if not todo:
         return
@@ -198,12 +201,19 @@ def start_judges(run: Run) -> None:
                                                                        f"judge-{slot}.log")))
     for assignment in todo:
         started = time.monotonic()
+        measured: dict = {}
         for slot, judge in enumerate(run.judges):
-            built = prepare_references(assignment, run.course, judge, device=device_for(slot, gpus))
-            if slot == 0 and built:
+            built = build_references(assignment, run.course, judge,
+                                     device=device_for(slot, gpus), measured_jobs=measured)
+            measured = measured or built.measured_jobs
+            if slot == 0 and built.error:
+                run.log(f"{assignment}: the judge could not build the references ({built.error}); "
+                        f"each submission will report it")
+            elif slot == 0 and built.seconds:
                 run.log(f"{assignment}: baseline and reference compiled once for the run "
-                        f"({', '.join(sorted(built))}) in {time.monotonic() - started:.0f} s")
-        run.prepare_seconds += time.monotonic() - started
+                        f"({', '.join(sorted(built.seconds))}) in "
+                        f"{time.monotonic() - started:.0f} s")
+        run.references_seconds += time.monotonic() - started
 
 
 def _ray(run: Run):
@@ -244,7 +254,7 @@ def autograde_all(run: Run) -> None:
     if run.executor == "ray":
         from grader.cohort.distributed import ray_attempts
 
-        attempts = ray_attempts(_ray(run), run.course, todo, settings, run.prepared)
+        attempts = ray_attempts(_ray(run), run.course, todo, settings, run.built_references)
     else:
         attempts = local_attempts(todo, run.course, settings, isolation=run.isolation,
                                   judges=run.judges, workers=run.workers)

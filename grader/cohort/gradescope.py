@@ -16,7 +16,7 @@ autograder takes:
   ``gradescope.json`` naming the problem set.
 
 ``run_autograder`` (:func:`grade_submission`) grades ``/autograder/submission/*.ipynb`` with the
-same trusted pipeline as ``make grade`` (:func:`grader.cohort.pipeline.grade_notebook`: the solution
+same trusted judge and scoring as ``make grade`` (:func:`grader.cohort.scoring.grade_notebook`: the solution
 cells are read from the file, screened, and measured in fresh sandboxed workers; this process
 never runs learner code) and writes ``/autograder/results/results.json`` in Gradescope's format:
 the total ``score`` and one test per autograded test cell (name, score, max_score, status,
@@ -35,6 +35,10 @@ id (the judge and the subject, :mod:`grader.isolation.judge`: only the subject r
 and it decides nothing), and ``/autograder/source/course/source`` (the reference solution) is
 closed to it (``chmod 700``) before anything runs. ``results.json`` records which
 (``extra_data.isolation``), and the autograder's stdout, shown to instructors only, says so.
+
+Why one long module (~600 lines): Gradescope's side of the course is two halves of one
+contract, the zip built here and the ``run_autograder`` it runs (results.json), kept together
+so that a change to one is seen beside the other.
 """
 from __future__ import annotations
 
@@ -114,7 +118,7 @@ chmod -R a+rX /autograder/venv
 RUN_AUTOGRADER = """\
 #!/usr/bin/env bash
 # Gradescope runs this for every submission (as /autograder/run_autograder, in /autograder): it
-# grades /autograder/submission/*.ipynb with the course's grading pipeline and writes
+# grades /autograder/submission/*.ipynb with the course's judge and scoring and writes
 # /autograder/results/results.json. AUTOGRADER_ROOT replaces /autograder and
 # COURSE_AUTOGRADER_PYTHON the Python that setup.sh installed (tests run it on a fake tree);
 # COURSE_AUTOGRADER_SANDBOX: auto (bubblewrap when it can run here), bwrap (required) or off.
@@ -193,7 +197,7 @@ def hang_bound_s(assignment: str) -> float:
     """How long a submission whose code never returns can hold the autograder: each group of
     problems runs in a subject stopped at its job's timeout (``grader.isolation.check.job_for``:
     max(300 s, 4 x the problem's budget))."""
-    from grader.cohort.pipeline import groups_of
+    from grader.cohort.scoring import groups_of
     from grader.problems import get_problem
 
     return sum(max(300.0, 4 * max(get_problem(k).budget_s for k in keys))
@@ -262,7 +266,7 @@ def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
               "torch's wheels need), installs Python, bubblewrap, torch and torchvision from "
               f"PyTorch's CPU index only ({TORCH_INDEX}), then this course's package.",
               "- `run_autograder`: grades `/autograder/submission/*.ipynb` with the course's "
-              "pipeline (the same as `make grade`) into `/autograder/results/results.json`, one "
+              "judge and scoring (the same as `make grade`) into `/autograder/results/results.json`, one "
               "test per autograded test cell.",
               f"- `course/`: the `grader` package and `source/{assignment}/` (this set's reference "
               "solution).", "",
@@ -382,8 +386,8 @@ NOT_FINISHED = ("the autograder stopped before it had graded every test (the ass
 def results_json(assignment: str, course: str, result=None, failure: str = "",
                  notebook: str = "", isolation: str = "", seconds: float = 0.0,
                  pending: str = "") -> dict:
-    """Gradescope's ``results.json`` for one submission: from the pipeline's ``result``
-    (:class:`grader.cohort.pipeline.PipelineResult`, possibly partial: only the test cells it
+    """Gradescope's ``results.json`` for one submission: from the judged ``result``
+    (:class:`grader.cohort.scoring.JudgedScores`, possibly partial: only the test cells it
     holds are graded), or every test at zero with ``failure`` (why the submission could not be
     graded). ``pending``: grading did not finish, and why (the tests not graded yet say so)."""
     from grader.problems import test_cells
@@ -475,7 +479,7 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
     import traceback
 
     from grader.isolation import sandbox as sandbox_mod
-    from grader.cohort.pipeline import grade_notebook
+    from grader.cohort.scoring import grade_notebook
 
     started = time.monotonic()
     root = root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT

@@ -4,7 +4,7 @@ nbgrader's own process (the driver: it reads the gradebook and the hidden parts 
 and writes the graded notebook) never runs learner code; the kernel does, so only the kernel is
 sandboxed (:mod:`grader.isolation.sandbox`): it sees the system, Python, the ``grader`` package, a
 read-only copy of the learner's own submission folder (its working folder) and the file of the
-grading pipeline's results it displays; not the course, not the gradebook, not ``source/``.
+judged results it displays; not the course, not the gradebook, not ``source/``.
 
 It talks to the driver over ZeroMQ *ipc* sockets (files in a folder both can reach) instead of
 TCP: the kernel has no network at all. :class:`SandboxedKernelManager` is what
@@ -113,10 +113,10 @@ class SandboxedKernelManager(AsyncKernelManager):
             # and create its sockets next to it.
             os.chown(s["runtime_dir"], uid, uid)
             os.chown(self.connection_file, uid, uid)
-        from grader.isolation.check import PIPELINE_RESULTS_ENV
+        from grader.isolation.check import JUDGED_SCORES_ENV
 
         isolation = sandbox.Isolation(s["mode"], s.get("reason", ""))
-        env = sandbox.environment({PIPELINE_RESULTS_ENV: s["results"],
+        env = sandbox.environment({JUDGED_SCORES_ENV: s["results"],
                                    "NBGRADER_EXECUTION": "autograde"},
                                   home="/tmp" if isolation.sandboxed else s["runtime_dir"])
         return sandbox.command(

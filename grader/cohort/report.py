@@ -34,7 +34,7 @@ def _load(course: str, student: str, assignment: str, name: str, empty):
 
 
 def _results(course: str, student: str, assignment: str) -> list[ProblemResult]:
-    """The grading pipeline's result for each problem of a submission (written by the trusted
+    """The judged result for each problem of a submission (written by the trusted
     process, never by the notebook's kernel)."""
     problems = _load(course, student, assignment, files.RESULTS_FILE, {}).get("problems", {})
     return [ProblemResult.from_dict({**result, "problem": key}) for key, result in problems.items()]

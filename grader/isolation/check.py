@@ -13,11 +13,14 @@ compiled to, and computes every verdict. Where the course's ``source/`` folder i
 instructor's machine), the reference solution is measured in the same run; elsewhere (a
 student's machine, Colab) the shipped per-device floors are used, and the verdict says so.
 
-During ``make grade`` the points are not decided here: the grading pipeline
-(:mod:`grader.cohort.pipeline`) measures every problem of a submission in a process that never runs
+During ``make grade`` the points are not decided here: the judged scoring
+(:mod:`grader.cohort.scoring`) measures every problem of a submission in a process that never runs
 learner code and scores each test cell from the problem set's ``TEST_CELLS``. The notebook's
-kernel then only *shows* those results: ``COURSE_PIPELINE_RESULTS`` names the file, and
+kernel then only *shows* those results: ``COURSE_JUDGED_SCORES_DISPLAY`` names the file, and
 :func:`evaluate` and :func:`run_test` read it instead of measuring again.
+
+Why one module (~450 lines): it is the notebook's whole API (``check``, ``evaluate``,
+``run_test``) and the test-cell scoring both it and ``make grade`` use, one import for a notebook.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, 
 from grader.isolation.source import Cell, cells_defining, solution_cells
 from grader import _environment as environment
 
-PIPELINE_RESULTS_ENV = environment.PIPELINE_RESULTS
+JUDGED_SCORES_ENV = environment.JUDGED_SCORES_DISPLAY
 _RESULTS: dict[str, "Evaluation"] = {}
 
 
@@ -143,7 +146,7 @@ def credit(verdict: str, max_points: float, inconclusive_credit: float = 0.0) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# Scoring a test cell (shared by the notebook and the grading pipeline)
+# Scoring a test cell (shared by the notebook and the judged scoring)
 
 @dataclasses.dataclass
 class CellScore:
@@ -253,8 +256,8 @@ def reference_cells(problem: Problem, course_root: str | None = None) -> list[Ce
 # ---------------------------------------------------------------------------------------------
 # The results of `make grade`, shown in the notebook instead of measuring again
 
-def _pipeline_results() -> dict | None:
-    path = os.environ.get(PIPELINE_RESULTS_ENV)
+def _judged_scores() -> dict | None:
+    path = os.environ.get(JUDGED_SCORES_ENV)
     if not path:
         return None
     try:
@@ -264,9 +267,9 @@ def _pipeline_results() -> dict | None:
         return {"problems": {}, "cells": {}}
 
 
-def _from_pipeline(problem: Problem, results: dict) -> Evaluation:
+def _from_judged_scores(problem: Problem, results: dict) -> Evaluation:
     result = results.get("problems", {}).get(problem.key) or {
-        "status": Status.GRADER_ERROR, "message": "the grading pipeline has no result for this problem"}
+        "status": Status.GRADER_ERROR, "message": "the judged scoring has no result for this problem"}
     return Evaluation(problem, result)
 
 
@@ -313,10 +316,10 @@ def judge_timeout(job: dict) -> float:
 
 
 def run_job(job: dict, judge=None) -> dict[str, dict]:
-    """Grade ``job`` with ``judge`` (a :class:`grader.isolation.judge.JudgeProcess`; by default
+    """Grade ``job`` with ``judge`` (a :class:`grader.isolation.judge_process.JudgeProcess`; by default
     a new one, for this job only); returns ``{key: result dict}``. A judge that fails makes a
     grader-error result for each problem, with the reason."""
-    from grader.isolation.judge import JudgeProcess
+    from grader.isolation.judge_process import JudgeProcess
 
     own = judge is None
     judge = judge or JudgeProcess()
@@ -349,15 +352,15 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     several test cells share one measurement (``cache=False``: always measure). ``checks``
     limits which of the problem's checks run (default: all). ``sandbox``: 'auto', 'bwrap'
     (required) or 'off' (see :func:`grader.isolation.sandbox.probe`); ``isolation``: one already
-    probed. ``judge``: a running :class:`grader.isolation.judge.JudgeProcess` (a grading run
+    probed. ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run
     keeps one per worker; by default a new one is started). ``screen``: only the grader's own
     tests turn the static check off, to attack what stands behind it.
     """
     from grader.isolation import static_check
 
     problem = get_problem(key, problem_module)
-    if cells is None and problem_module is None and (shown := _pipeline_results()) is not None:
-        return _from_pipeline(problem, shown)
+    if cells is None and problem_module is None and (shown := _judged_scores()) is not None:
+        return _from_judged_scores(problem, shown)
     learner = list(cells) if cells is not None else cells_defining(*objects)
     refusals = static_check.check_cells(learner, problem.allowed_config,
                                         public_names(problem, problem_module)) if screen else []
@@ -426,14 +429,14 @@ def find_test_cell(grade_id: str) -> TestCell:
 
 def run_test(grade_id: str, *objects, **options):
     """What an autograded test cell runs: the checks its declaration names, measured on the
-    learner's ``objects`` (or, during ``make grade``, the grading pipeline's results for them).
+    learner's ``objects`` (or, during ``make grade``, the judged results for them).
 
     Prints every verdict the cell depends on. A partial-credit cell returns its points (the
     cell's value, which nbgrader reads); any other cell raises :class:`CheckFailed` unless it
     earned its points.
     """
     __tracebackhide__ = True
-    shown = _pipeline_results() if not options else None
+    shown = _judged_scores() if not options else None
     if shown is not None and grade_id in shown.get("cells", {}):
         score = CellScore.from_dict(shown["cells"][grade_id])
     else:

@@ -8,10 +8,13 @@ One submission's problems are graded in three roles, each a process of its own (
   checks every output, rebuilds the graph the subject captured from data and checks it
   (:mod:`grader.checks.graph_artifact`), compiles it with Inductor itself, counts its kernels,
   times it, and computes every verdict;
-- the **reference side** (:class:`ReferenceSide`, kept by the judge process that never runs
-  learner code either) holds the problem's baseline model and the instructor's reference solution,
-  compiled once per judge process and shared by every submission it grades (for a planning
-  question, ps3 q1, the figures its hidden jobs are judged on: :func:`measure_jobs`).
+- the **reference side** (:mod:`grader.isolation.reference_side`, kept by the judge process that
+  never runs learner code either) holds the problem's baseline model and the instructor's reference
+  solution, compiled once per judge process and shared by every submission it grades (for a
+  planning question, ps3 q1, the figures its hidden jobs are judged on, measured once per run).
+
+The subject as the judge sees it is :mod:`grader.isolation.subject_session`; the judge as the
+driver sees it, a process to send jobs to, is :mod:`grader.isolation.judge_process`.
 
 The order, for one group of problems that share the learner's cells (:meth:`Judge.grade`):
 
@@ -30,312 +33,44 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    against the totals the judge's own figures give each way of running the job.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
-(``make grade`` keeps one per worker slot: :class:`JudgeProcess`); ``--once`` grades one
-(self-check). Results are plain dicts (:class:`grader.checks.results.ProblemResult`).
+(``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
+``--once`` grades one (self-check). Results are plain dicts
+(:class:`grader.checks.results.ProblemResult`).
+
+Why this module is long (~800 lines): :class:`Judge` is the steps of one job in the order they
+run, and each helper below it is one check's decision; split further, a reader would follow one
+submission across several files to see what decided a point.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import math
 import os
 import random
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import traceback
 
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks import correctness, fusion, graph_artifact, targets, timing
+from grader.checks import correctness, fusion, graph_artifact, targets
+from grader.checks.phases import Phases
 from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.checks.wire import Packer, ProtocolError, decode
 from grader.isolation import channel, sandbox, static_check
 from grader.isolation.source import Cell
 from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
+from grader.isolation.reference_side import (JobFigures, ReferenceSide, timed_version,
+                                             traced_inputs)
+from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, LearnerRaised, SubjectGone,
+                                              SubjectSession, learner_text)
 
 DEFAULT_TIMEOUT_S = 300.0
-DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3
-JOB_TRIALS = 21
-COLD_ROUNDS = 3   # cold first calls measured per mode of a planning question (the least is kept)
 CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
-
-
-class SubjectGone(Exception):
-    """The subject stopped answering: it crashed, hung, or broke the protocol."""
-
-    ends_the_check = True  # correctness.check_outputs lets it through
-
-    def __init__(self, status: Status, message: str):
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-class LearnerRaised(Exception):
-    """The learner's code raised in the subject (the message is the learner's, cut short)."""
-
-    learner_message: str = ""
-
-
-def _learner(message: str) -> str:
-    """Text that came from the learner's process, marked as such and cut short."""
-    message = str(message)
-    return message if len(message) <= 1600 else message[:1600] + " [...]"
-
-
-# ---------------------------------------------------------------------------------------------
-# The subject, seen from the judge
-
-def _module_dirs(module: str | None) -> list[str]:
-    """Where a problem module outside the grader package lives (test fixtures): bound into the
-    sandbox read-only and put on the subject's path. Nothing else of the course is."""
-    if not module or module.startswith("grader."):
-        return []
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.origin:
-        return []
-    return [os.path.dirname(os.path.realpath(spec.origin))]
-
-
-class SubjectSession:
-    """One subject process: requests with deadlines, replies parsed as data only."""
-
-    def __init__(self, *, isolation: sandbox.Isolation, device: str, problem_module: str | None,
-                 deadline: float, memory_bytes: int | None = DEFAULT_MEMORY_BYTES):
-        self.deadline = deadline
-        extra = _module_dirs(problem_module)
-        env = sandbox.environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",
-                                   "TRITON_CACHE_DIR": "/tmp/triton",
-                                   "PYTHONPATH": os.pathsep.join(extra)})
-        self.home = None
-        if not isolation.sandboxed:  # the same layout without a sandbox: a private temporary home
-            self.home = tempfile.mkdtemp(prefix="subject-")
-            env.update(HOME=self.home, TMPDIR=self.home,
-                       TORCHINDUCTOR_CACHE_DIR=os.path.join(self.home, "inductor"),
-                       TRITON_CACHE_DIR=os.path.join(self.home, "triton"),
-                       PYTHONPATH=os.pathsep.join([os.path.dirname(sandbox.grader_package_dir()),
-                                                   *extra]))
-        timeout = max(1.0, deadline - time.monotonic())
-        self.running = sandbox.start(
-            [sandbox.python_executable(), "-m", "grader.isolation.subject"], isolation=isolation,
-            limits=sandbox.Limits(timeout_s=timeout, memory_bytes=memory_bytes),
-            read_only=extra, env=env, cwd=self.home, device=device,
-            own=[self.home] if self.home else [])
-        self.finished: sandbox.Finished | None = None
-
-    def request(self, header: dict, blob: bytes = b"") -> tuple[dict, bytes]:
-        try:
-            self.running.send(channel.encode_message(header, blob))
-            reply, data = channel.read_message(self.running.reply_fd,
-                                               self.running.reader(self.deadline))
-        except TimeoutError:
-            raise SubjectGone(Status.TIMEOUT, "your code did not finish in time (an endless loop, "
-                                              "or far too slow); it was stopped") from None
-        except (EOFError, BrokenPipeError, OSError):
-            raise SubjectGone(Status.CRASHED, self._death()) from None
-        except ProtocolError as exc:
-            raise SubjectGone(Status.REJECTED, f"the process that ran your code broke the "
-                                               f"grader's protocol ({exc}); nothing it sent was "
-                                               f"used") from None
-        return reply, data
-
-    def _death(self) -> str:
-        try:
-            self.running.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        code = self.running.proc.returncode
-        if code is None:
-            return "the process that ran your code stopped answering"
-        if code < 0 or code > 128:
-            import signal
-
-            signum = -code if code < 0 else code - 128
-            name = signal.Signals(signum).name if signum in {s.value for s in signal.Signals} \
-                else str(signum)
-            return (f"the process that ran your code was killed by {name}"
-                    + (", probably out of memory" if name == "SIGKILL" else ""))
-        return (f"the process that ran your code ended (exit status {code}) before it answered: "
-                f"your code ended it (e.g. os._exit / sys.exit), or it crashed")
-
-    def stop(self) -> sandbox.Finished:
-        """End the subject and everything it started; nothing of it runs after this returns."""
-        if self.finished is None:
-            try:
-                if self.running.alive():
-                    self.running.send(channel.encode_message({"op": "bye"}))
-            except OSError:
-                pass
-            self.finished = self.running.finish(grace_s=5.0)
-            if self.home:
-                import shutil
-
-                shutil.rmtree(self.home, ignore_errors=True)
-        return self.finished
-
-
-# ---------------------------------------------------------------------------------------------
-# The reference side
-
-def _timed_version(model, problem: Problem, options: dict):
-    """What a job or speed measurement calls: ``model`` eagerly for ``mode="none"``, else
-    compiled with ``options`` (and ``fullgraph=True`` where the problem times one graph)."""
-    if options.get("mode") == NO_COMPILE:
-        return problem.graded_call(model)
-    options = {**options, "fullgraph": True} if problem.timed_fullgraph else dict(options)
-    options = {k: v for k, v in options.items() if k in ("mode", "fullgraph", "dynamic")}
-    return problem.graded_call(torch.compile(ti.fresh_copy(model), **options))
-
-
-def traced_inputs(problem: Problem, device: str, seed: int) -> tuple:
-    """What the graph is captured on: one step's arguments where the model is a step of the
-    problem's loop, else inputs drawn from ``seed``."""
-    if problem.step_inputs is not None:
-        return problem.step_inputs(device)
-    return problem.make_inputs(seeded_generator(seed), device)
-
-
-def _ship(captured: graph_artifact.Captured) -> tuple[dict, bytes]:
-    """A captured graph as it travels (JSON round trip included), so that the reference's
-    graph is rebuilt exactly as a learner's is."""
-    packer = Packer()
-    header = json.loads(json.dumps(graph_artifact.to_wire(captured, packer)))
-    return header, packer.blob()
-
-
-@dataclasses.dataclass
-class JobFigures:
-    """What each way of running a planning question's model costs on this machine, measured by
-    the judge (:func:`measure_jobs`): the cold first call of each mode (compile included, in a
-    fresh compiler cache) and its seconds per call over interleaved trials; the break-even they
-    give (``None``: no compile mode is faster per call than eager here)."""
-
-    first_call_s: dict
-    samples: dict
-    break_even: float | None
-    best_mode: str | None
-    seconds: float = 0.0
-
-    def per_call(self, mode: str) -> float:
-        return timing.Estimate.of(self.samples[mode]).median
-
-    def table(self) -> list[str]:
-        lines = [f"  {'mode':<28}{'first call s':>13}{'us/call':>10}"]
-        for mode in self.samples:
-            lines.append(f"  {mode:<28}{self.first_call_s[mode]:>13.2f}"
-                         f"{self.per_call(mode) * 1e6:>10.1f}")
-        return lines
-
-    def to_dict(self) -> dict:
-        return {"first_call_s": dict(self.first_call_s), "samples": dict(self.samples),
-                "break_even": self.break_even, "best_mode": self.best_mode,
-                "seconds": round(self.seconds, 2)}
-
-
-def measure_jobs(problem: Problem, device: str) -> JobFigures:
-    """The figures a planning question is judged on (:class:`grader.problems.JobPlan`): the
-    given model run each way in ``problem.plan.modes``, in this process (no learner code)."""
-    started = time.monotonic()
-    pool = [problem.make_inputs(seeded_generator(s), device) for s in range(problem.pool_size)]
-    with ti.quiet_torch_logs():
-        # One compile first, thrown away: the first compile in a process also loads and sets
-        # up Inductor, which would be charged to whichever mode came first.
-        with ti.fresh_inductor_cache():
-            warm = _timed_version(problem.make_baseline(device), problem, {"mode": "default"})
-            timing.first_call_seconds(warm, pool[0], device)
-        # Each mode's cold first call, COLD_ROUNDS times in an order that turns round, keeping
-        # the least: one compile slowed by the machine's other work would make an equal mode
-        # look worse (on a CPU the four compile modes compile alike).
-        fns, first = {}, {}
-        modes = list(problem.plan.modes)
-        for round_ in range(COLD_ROUNDS):
-            for mode in timing.interleave_order(modes, round_ * len(modes)):
-                fns[mode] = _timed_version(problem.make_baseline(device), problem, {"mode": mode})
-                with ti.fresh_inductor_cache():  # cold, as in a fresh process
-                    seconds = timing.first_call_seconds(fns[mode], pool[0], device)
-                first[mode] = min(seconds, first.get(mode, seconds))
-        first = {mode: first[mode] for mode in modes}
-        comp = timing.compare(fns, pool, baseline=NO_COMPILE, device=device, trials=JOB_TRIALS)
-    samples = {mode: list(comp.seconds[mode]) for mode in comp.names}
-    calls, best = targets.break_even(samples, first, NO_COMPILE)
-    return JobFigures(first, samples, calls, best, time.monotonic() - started)
-
-
-@dataclasses.dataclass
-class ReferenceSide:
-    """A problem's baseline and the instructor's reference, in the judge's process: built once
-    (:meth:`build`) and shared by every submission the process grades. For a planning question,
-    the figures its hidden jobs are judged on instead (``jobs``: :func:`measure_jobs`)."""
-
-    problem: Problem
-    device: str
-    base_model: torch.nn.Module
-    base_eager: object
-    base_timed: object
-    reference: object | None = None
-    reference_module: object | None = None   # the reference's graph, rebuilt (work per call)
-    reference_options: dict = dataclasses.field(default_factory=dict)
-    jobs: JobFigures | None = None
-    seconds: float = 0.0
-
-    @classmethod
-    def build(cls, problem: Problem, reference_cells: list[Cell] | None, device: str,
-              problem_module: str | None) -> "ReferenceSide":
-        started = time.monotonic()
-        with torch.no_grad():
-            base_model = problem.make_baseline(device)
-        base_eager = problem.graded_call(base_model)
-        base_timed = base_eager
-        if problem.plan is not None:
-            side = cls(problem, device, base_model, base_eager, base_timed,
-                       jobs=measure_jobs(problem, device))
-            side.seconds = time.monotonic() - started
-            return side
-        timed = "speed" in problem.checks
-        with ti.quiet_torch_logs():
-            if problem.baseline_compile is not None and timed:
-                base_timed = problem.graded_call(torch.compile(base_model,
-                                                               **problem.baseline_compile))
-            side = cls(problem, device, base_model, base_eager, base_timed)
-            pool = [problem.make_inputs(seeded_generator(s), device) for s in range(2)]
-            if base_timed is not base_eager:
-                timing.first_call_seconds(base_timed, pool[0], device)
-            if reference_cells and timed:
-                side._build_reference(reference_cells, problem_module, pool)
-        side.seconds = time.monotonic() - started
-        return side
-
-    def _build_reference(self, cells: list[Cell], problem_module: str | None, pool) -> None:
-        from grader.isolation.subject import exec_cells, namespace_for
-
-        problem, device = self.problem, self.device
-        # A module name of its own per problem: Dynamo finds a function's globals by its module's
-        # name, and one judge keeps several references.
-        namespace = namespace_for(problem_module or f"grader.problems.{problem.assignment}",
-                                  f"__reference_{problem.key.replace('.', '_')}__")
-        exec_cells(cells, namespace)  # the instructor's code, never the learner's
-        entry = namespace[problem.entry]
-        ref_model = problem.instantiate(entry, self.base_model, device)
-        self.reference_options = problem.compile_kwargs(entry)
-        captured = graph_artifact.capture(problem.traced_call(ref_model),
-                                          traced_inputs(problem, device, 0), model=ref_model,
-                                          dynamic=self.reference_options.get("dynamic"))
-        header, blob = _ship(captured)
-        loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
-        timed_model = loaded.module(self.base_model, device, training=problem.training)
-        self.reference_module = loaded.module(self.base_model, device, training=problem.training)
-        self.reference = _timed_version(timed_model, problem, self.reference_options)
-        if problem.reference_eager_baseline:
-            # Speed over the reference's own model, eagerly: what compiling it gains.
-            self.base_timed = problem.graded_call(ref_model)
-            timing.first_call_seconds(self.base_timed, pool[0], device)
-        timing.first_call_seconds(self.reference, pool[0], device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,39 +121,43 @@ class Judge:
         self.sides: dict[tuple, ReferenceSide] = {}
 
     def side(self, problem: Problem, reference_cells: list[Cell] | None, device: str,
-             problem_module: str | None) -> ReferenceSide:
+             problem_module: str | None, measured_jobs: dict | None = None) -> ReferenceSide:
         digest = hashlib.sha256(json.dumps([c.to_dict() for c in reference_cells or []],
                                            sort_keys=True).encode()).hexdigest()
         key = (problem.key, problem_module, digest, device)
         if key not in self.sides:
-            self.sides[key] = ReferenceSide.build(problem, reference_cells, device, problem_module)
+            given = (measured_jobs or {}).get(problem.key)
+            jobs = JobFigures.from_dict(given, problem.plan.modes) \
+                if given is not None and problem.plan is not None else None
+            self.sides[key] = ReferenceSide.build(problem, reference_cells, device,
+                                                  problem_module, jobs=jobs)
         return self.sides[key]
 
-    def prepare(self, job: dict) -> dict:
+    def build_references(self, job: dict) -> dict:
         """Build the reference side of each problem of ``job`` now (the first submission then
-        does not pay for it); returns how long each took."""
+        does not pay for it). ``job["measured_jobs"]``: planning questions' figures another
+        judge of the run measured (:class:`JobFigures` as dicts, by problem), used instead of
+        measuring again. Returns how long each problem took, and the figures this judge uses."""
         module = job.get("problem_module")
         device = job.get("device") or targets.default_device()
         if device == "cpu":
             torch.set_num_threads(1)
-        seconds = {}
+        seconds, measured = {}, {}
         for key in job["problems"]:
             cells = [Cell.from_dict(c) for c in (job.get("reference_cells") or {}).get(key) or []]
-            side = self.side(get_problem(key, module), cells or None, device, module)
+            side = self.side(get_problem(key, module), cells or None, device, module,
+                             job.get("measured_jobs"))
             seconds[key] = round(side.seconds, 2)
-        return {"prepared": seconds}
+            if side.jobs is not None:
+                measured[key] = side.jobs.to_dict()
+        return {"built": seconds, "measured_jobs": measured}
 
     # -- one job --------------------------------------------------------------------------------
     def grade(self, job: dict) -> dict:
         """Grade ``job`` (one group of problems sharing the learner's cells); returns
         ``{"results": {key: result dict}, "phases": {...}}``."""
-        phases: dict[str, float] = {}
-        mark = [time.monotonic()]
-
-        def lap(name: str) -> None:
-            now = time.monotonic()
-            phases[name] = round(phases.get(name, 0.0) + now - mark[0], 3)
-            mark[0] = now
+        phases = Phases()
+        lap = phases.lap
 
         module = job.get("problem_module")
         device = job.get("device") or targets.default_device()
@@ -489,12 +228,12 @@ class Judge:
         return self._finish(results, phases)
 
     @staticmethod
-    def _finish(results: dict, phases: dict) -> dict:
+    def _finish(results: dict, phases: Phases) -> dict:
         # The job's phases go with its first problem only: they are the whole group's seconds.
         out = {k: r.to_dict() for k, r in results.items()}
         if out:
-            out[next(iter(out))]["phases"] = phases
-        return {"results": out, "phases": phases}
+            out[next(iter(out))]["phases"] = dict(phases.seconds)
+        return {"results": out, "phases": dict(phases.seconds)}
 
     # -- 2. what only the subject can give ------------------------------------------------------
     def _ask(self, subject: SubjectSession, problems: dict, sides: dict, wanted: dict,
@@ -512,7 +251,7 @@ class Judge:
             ev, info = evidence[key], loaded.get(key)
             if not isinstance(info, dict) or info.get("status") != "ok":
                 ev.status = "learner_error"
-                ev.message = _learner((info or {}).get("message") if isinstance(info, dict)
+                ev.message = learner_text((info or {}).get("message") if isinstance(info, dict)
                                       else "the process that ran your code did not build it")
                 continue
             try:
@@ -546,7 +285,7 @@ class Judge:
                         count = report.get("graph_count")
                         ev.graph_count = count if isinstance(count, int) else None
                 else:
-                    ev.capture_error = _learner(header.get("error", "no graph was sent"))
+                    ev.capture_error = learner_text(header.get("error", "no graph was sent"))
                     ev.compiled = header.get("compiled") is True
                     ev.breaks = header.get("breaks") if isinstance(header.get("breaks"), list) \
                         else []
@@ -584,8 +323,8 @@ class Judge:
             header, blob = subject.request({"op": "call", "problem": problem.key,
                                             "inputs": packer.value(args)}, packer.blob())
             if "error" in header:
-                exc = LearnerRaised(_learner(header["error"]))
-                exc.learner_message = _learner(header["error"])
+                exc = LearnerRaised(learner_text(header["error"]))
+                exc.learner_message = learner_text(header["error"])
                 raise exc
             try:
                 outputs = decode(header["outputs"], blob, device)
@@ -677,7 +416,7 @@ class Judge:
                 options = {k: v for k, v in options.items() if k != "mode"}
             seeds = correctness.fresh_seeds(3)
             with ti.quiet_torch_logs():
-                compiled = _timed_version(graph.module, problem, options)
+                compiled = timed_version(graph.module, problem, options)
                 rep = correctness.check_outputs(
                     compiled, side.base_eager,
                     lambda seed: problem.make_inputs(seeded_generator(seed), device),
@@ -767,7 +506,7 @@ class Judge:
         pool, expected = self._pool(problem, side, device)
         target = problem.target if side.reference is not None else targets.self_check_target(problem)
         with ti.quiet_torch_logs():
-            learner = _timed_version(graph.module, problem, options)
+            learner = timed_version(graph.module, problem, options)
             verdict = targets.judge_speed(learner, side.base_timed, pool, reference=side.reference,
                                           target=target, device=device,
                                           budget_s=float(job.get("budget_s") or problem.budget_s))
@@ -804,7 +543,7 @@ class Judge:
         reply, _ = subject.request({"op": "plan", "problem": problem.key, "sizes": sizes,
                                     "device": kind})
         if "error" in reply:
-            ev.status, ev.message = "learner_error", _learner(reply["error"])
+            ev.status, ev.message = "learner_error", learner_text(reply["error"])
             return
         modes, types = reply.get("modes"), reply.get("types")
         if not isinstance(modes, list) or not isinstance(types, list) \
@@ -946,9 +685,9 @@ def _break_lines(ev: Evidence) -> list[str]:
     """The graph breaks the learner's process reported, one entry each (its words)."""
     lines = []
     for b in _breaks(ev)[:8]:
-        lines.append(f"- {_learner(b.get('where', ''))}: `{_learner(b.get('line', ''))}`\n"
-                     f"    cause: {_learner(b.get('explanation', ''))}\n"
-                     f"    fix: {_learner(b.get('fix', ''))}")
+        lines.append(f"- {learner_text(b.get('where', ''))}: `{learner_text(b.get('line', ''))}`\n"
+                     f"    cause: {learner_text(b.get('explanation', ''))}\n"
+                     f"    fix: {learner_text(b.get('fix', ''))}")
     if lines:
         lines.insert(0, "where (as the process that ran your code reports it):")
     return lines
@@ -1000,10 +739,10 @@ def _recompiles(problem: Problem, graph: GraphCheck, ev: Evidence) -> CheckOutco
     report = ev.recompiles if isinstance(ev.recompiles, dict) else {}
     if "error" in report:
         return CheckOutcome(False, f"your code raised while it was called repeatedly: "
-                                   f"{_learner(report['error'])}")
+                                   f"{learner_text(report['error'])}")
     compiles, hit = report.get("compiles"), report.get("hit_limit")
     counted = isinstance(compiles, int) and isinstance(hit, bool)
-    told = _learner(report.get("message", "")) if counted else "no compile count was sent"
+    told = learner_text(report.get("message", "")) if counted else "no compile count was sent"
     if not graph.ok:
         return CheckOutcome(False, f"{told}\nnot credited: it is credited to one graph that serves "
                                    f"every call, and your code {graph.headline}",
@@ -1032,90 +771,13 @@ def serve(reply_fd: int, once: bool = False) -> int:
         except EOFError:
             return 0
         try:
-            reply = judge.prepare(job) if job.get("op") == "prepare" else judge.grade(job)
+            reply = judge.build_references(job) if job.get("op") == "build references" \
+                else judge.grade(job)
         except Exception as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         channel.write_message(reply_fd, json.loads(json.dumps(reply, default=str)))
         if once:
             return 0
-
-
-class JudgeProcess:
-    """A judge in a process of its own, driven from a process that holds the gradebook (or from
-    a notebook's kernel, for self-check). :meth:`grade` restarts it when it died or hung."""
-
-    def __init__(self, *, env: dict | None = None, log_path: str | None = None):
-        self.env = dict(env if env is not None else os.environ)
-        # The judge imports what this process imports (this grader package first, then the same
-        # path: a problem set outside the package, such as a test's, resolves the same there).
-        path = [os.path.dirname(sandbox.grader_package_dir())]
-        path += [p for p in sys.path if p and os.path.isdir(p) and p not in path]
-        self.env["PYTHONPATH"] = os.pathsep.join(path)
-        self.log_path = log_path
-        self.proc = None
-        self.reply_fd = None
-        self.lock = threading.Lock()
-
-    def _start(self) -> None:
-        read_fd, write_fd = os.pipe()
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "grader.isolation.judge", "--serve", "--reply-fd",
-                 str(write_fd)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,), env=self.env, start_new_session=True)
-        finally:
-            os.close(write_fd)
-            if log is not subprocess.DEVNULL:
-                log.close()
-        self.reply_fd = read_fd
-
-    def grade(self, job: dict, timeout_s: float) -> dict:
-        """The judge's reply to ``job``; ``{"error": ...}`` when it died or passed ``timeout_s``."""
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self._start()
-            deadline = time.monotonic() + timeout_s
-            try:
-                self.proc.stdin.write(channel.encode_message(job))
-                self.proc.stdin.flush()
-                reply, _ = channel.read_message(self.reply_fd, _deadline_reader(deadline))
-                return reply
-            except TimeoutError:
-                self.close()
-                return {"error": f"the judge did not finish within {timeout_s:.0f} s"}
-            except (EOFError, OSError, ProtocolError) as exc:
-                self.close()
-                return {"error": f"the judge stopped ({type(exc).__name__}: {exc})"}
-
-    def close(self) -> None:
-        if self.proc is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                import signal
-
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            self.proc = None
-        if self.reply_fd is not None:
-            os.close(self.reply_fd)
-            self.reply_fd = None
-
-
-def _deadline_reader(deadline: float):
-    import select
-
-    def read(fd: int, n: int) -> bytes:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise TimeoutError
-        return os.read(fd, n)
-    return read
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,10 @@ Without bubblewrap (``mode == "none"``) only the limits, the environment and the
 the processes a submission started are found afterwards by a token in their environment and
 killed. :func:`probe` tries the sandbox for real before anyone relies on it: containers and some
 distributions forbid the namespaces it needs.
+
+Why one long module (~650 lines): every limit, namespace and kill of a learner process is
+decided here, so that a reviewer checks the isolation in one file; sections follow a process's
+life (probe, limits, start, wait, kill, clean up).
 """
 from __future__ import annotations
 

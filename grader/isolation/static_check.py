@@ -32,6 +32,9 @@ The rules, for every solution cell:
 * **Decorators** from :data:`ALLOWED_DECORATORS`; no class keywords (``metaclass=``); no
   ``async``; no string constant with a double underscore or a format field that reads an
   attribute (``"{0.__class__}"``).
+
+Why one long module (~480 lines): the screen's rules are read as one list, each rule beside
+the reason a learner is shown.
 """
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ class Problem:
 @dataclasses.dataclass(frozen=True)
 class TestCell:
     """How one autograded test cell of a problem set earns its points: the declaration the
-    grading pipeline scores from (``grade_id`` of the test cell in the notebook).
+    judged scoring reads (``grade_id`` of the test cell in the notebook).
 
     - ``requires``: ``(problem key, check)`` pairs that must all pass (an inconclusive speed
       verdict holds the cell for review: it scores ``inconclusive_credit`` of its points and is

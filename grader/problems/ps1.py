@@ -91,7 +91,7 @@ PROBLEMS = {
 }
 
 # How each autograded test cell of ps1.ipynb earns its points (grade_id -> checks): the grading
-# pipeline scores from this, and the test cells show the same checks to the learner.
+# judged scoring reads this, and the test cells show the same checks to the learner.
 TEST_CELLS = [
     TestCell("ps1-q1-correctness", 3,
              requires=(("ps1.q1", "correctness"), ("ps1.q1neg", "correctness"))),

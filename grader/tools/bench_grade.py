@@ -5,7 +5,7 @@ on a local Ray instance with as many CPUs (``EXECUTOR=ray``: Ray's overhead per 
     python -m grader.cli bench-grade --out bench-results/bench-grade.md     # make bench-grade
 
 Each run grades a fresh cohort of full solutions (``ada_full`` copies from the demo cohort) in
-its own course folder under ``build/``, through the same pipeline as ``make grade``. Figures
+its own course folder under ``build/``, through the same steps as ``make grade``. Figures
 only; nothing is asserted.
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _estimate(rows: list, worker_counts: list[int], students: int) -> str:
              f"{os.cpu_count()}-core machine grade {gain:.2f}x as many per minute, so one such "
              f"machine grades {per_node_hour:.0f} submissions an hour. Wall time = "
              f"{total:,} / (nodes x {per_node_hour:.0f}) hours, plus the once-per-run "
-             f"preparation (the 'prepare s' column, per set) and Ray's overhead per submission "
+             f"building of the references (the 'references s' column, per set) and Ray's overhead per submission "
              f"(its column) divided by the tasks running at once:\n"]
     hours = {nodes: total / (nodes * per_node_hour) for nodes in (1, 10, 50)}
     lines.append(markdown_table(["nodes like this one", "wall time"],
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 scores = sorted({f"{o.score:g}/{o.max_score:g}" for o in run.outcomes})
                 if executor == executors[0] and workers == worker_counts[0]:
                     later = graded[1:] or graded
-                    breakdown.append([assignment, f"{run.prepare_seconds:.1f}"]
+                    breakdown.append([assignment, f"{run.references_seconds:.1f}"]
                                      + [f"{statistics.median(_part(o, part) for o in later):.1f}"
                                         if later else "-" for part in PARTS]
                                      + [f"{statistics.median(o.seconds for o in later):.1f}"
@@ -151,14 +151,14 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append([assignment, executor, workers, len(run.outcomes),
                              f"{seconds[0]:.0f}" if seconds else "-",
                              f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
-                             f"{run.prepare_seconds:.0f}", f"{total:.0f}",
+                             f"{run.references_seconds:.0f}", f"{total:.0f}",
                              f"{60 * len(run.outcomes) / total:.2f}", overhead, ", ".join(scores)])
                 shutil.rmtree(folder, ignore_errors=True)
     header = ["problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
-              "later s/submission (median)", "prepare s (once)", "total s", "submissions/min",
+              "later s/submission (median)", "references s (once)", "total s", "submissions/min",
               "Ray overhead s/submission", "scores"]
     table = markdown_table(header, rows)
-    parts_header = ["problem set", "prepared once per run"] + list(PARTS) + ["total"]
+    parts_header = ["problem set", "references, once per run"] + list(PARTS) + ["total"]
     parts_table = markdown_table(parts_header, breakdown)
     text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
             f"{time.strftime('%Y-%m-%d %H:%M')}\n\nEach submission is graded in its own course copy "

@@ -4,11 +4,11 @@ Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader i
 as ch``, which re-exports every public name of these modules)."""
 from __future__ import annotations
 
-import math
 from typing import Callable, Sequence
 
 import torch
 
+from grader.checks.targets import calls_to_pay_back
 from grader.checks.timing import Estimate, time_per_call
 from grader.course.chapters.core import DEVICE, pick, trials
 
@@ -83,10 +83,6 @@ def roofline_plot(points: Sequence[dict], peak_gbs: float, peak_gflops: float | 
 
 
 def break_even_calls(first_call_s: float, per_call_s: float, eager_per_call_s: float) -> float:
-    """After how many calls compiling pays off: compile overhead / time saved per call
-    (``inf`` when the compiled function is not faster)."""
-    saved = eager_per_call_s - per_call_s
-    overhead = first_call_s - per_call_s
-    if saved <= 0:
-        return math.inf
-    return max(overhead, 0.0) / saved
+    """After how many calls compiling pays off: compile overhead (the first call over a warm
+    one) / time saved per call (``inf`` when the compiled function is not faster)."""
+    return calls_to_pay_back(first_call_s - per_call_s, eager_per_call_s - per_call_s)

@@ -12,7 +12,7 @@ For a submitted notebook this process (the trusted parent)
 4. writes it all to one JSON file: the points and text of each test cell, each problem's result
    (what the notebook displays, and the cohort report reads).
 
-The notebook's kernel then only shows these results, and nbgrader's ``ApplyPipelineScores`` step
+The notebook's kernel then only shows these results, and nbgrader's ``ApplyJudgedScores`` step
 (:mod:`grader.cohort.apply_scores`) puts these points in the gradebook, whatever the kernel printed.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solu
 
 
 @dataclasses.dataclass
-class PipelineResult:
-    """Everything the pipeline decided for one submission."""
+class JudgedScores:
+    """Everything the judge decided for one submission, scored per test cell."""
 
     assignment: str
     problems: dict        # key -> verified result
@@ -88,19 +88,35 @@ def groups_of(assignment: str, module: str | None = None) -> list[list[str]]:
     return list(groups.values())
 
 
-def prepare_references(assignment: str, course: str, judge, *, device: str | None = None) -> dict:
+@dataclasses.dataclass
+class BuiltReferences:
+    """What building a set's reference side in a judge gave (:func:`build_references`)."""
+
+    seconds: dict = dataclasses.field(default_factory=dict)        # problem -> seconds it took
+    measured_jobs: dict = dataclasses.field(default_factory=dict)  # planning question -> figures
+    error: str | None = None   # the judge failed: each submission then meets the failure itself
+
+
+def build_references(assignment: str, course: str, judge, *, device: str | None = None,
+                     measured_jobs: dict | None = None) -> BuiltReferences:
     """Build each timed problem's baseline and reference in ``judge`` (a running
-    :class:`grader.isolation.judge.JudgeProcess`) before the first submission: the seconds each
-    took, by problem."""
+    :class:`grader.isolation.judge_process.JudgeProcess`) before the first submission. A planning
+    question's figures (ps3 q1's cost of each mode) are measured by the run's first judge and
+    handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
+    submission of a run is judged on the same figures, and they are measured once, not once per
+    worker or Ray task."""
     from grader.isolation import check
 
     keys = [k for k in problems_of(assignment)
             if any(c in get_problem(k).checks for c in ("speed", "job"))]
     if not keys:
-        return {}
+        return BuiltReferences()
     job = check.job_for(keys, [], course_root=course, device=device)
-    reply = judge.grade({**job, "op": "prepare"}, check.judge_timeout(job))
-    return reply.get("prepared", {}) if isinstance(reply, dict) else {}
+    job.update(op="build references", measured_jobs=measured_jobs or {})
+    reply = judge.grade(job, check.judge_timeout(job))
+    if not isinstance(reply, dict) or "built" not in reply:
+        return BuiltReferences(error=str((reply or {}).get("error") or reply)[:500])
+    return BuiltReferences(reply["built"], reply.get("measured_jobs") or {})
 
 
 def _scores(assignment: str, evaluations: dict) -> dict:
@@ -114,16 +130,16 @@ def _scores(assignment: str, evaluations: dict) -> dict:
 def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str = "auto",
                    device: str | None = None, timeout_s: float | None = None,
                    judge=None, isolation=None, screen: bool = True,
-                   progress: Callable[[PipelineResult], None] | None = None) -> PipelineResult:
+                   progress: Callable[[JudgedScores], None] | None = None) -> JudgedScores:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
-    ``judge``: a running :class:`grader.isolation.judge.JudgeProcess` (a grading run keeps one
+    ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run keeps one
     per worker; by default one is started for this notebook). ``screen``: only the grader's own
     tests turn the static check off, to attack what stands behind it. ``progress``: called after
     each group of problems (one solution cell) with the result so far, in which only the test
     cells whose problems are all graded appear (Gradescope's run_autograder writes it out)."""
     from grader.isolation import check, static_check
-    from grader.isolation.judge import JudgeProcess
+    from grader.isolation.judge_process import JudgeProcess
 
     own = judge is None
     judge = judge or JudgeProcess()
@@ -149,12 +165,12 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                 problems[key] = results[key]
                 sandbox_used = results[key].get("sandbox") or sandbox_used
             if progress is not None:
-                progress(PipelineResult(assignment, dict(problems), _scores(assignment, evaluations),
+                progress(JudgedScores(assignment, dict(problems), _scores(assignment, evaluations),
                                         dict(seconds), sandbox_used))
     finally:
         if own:
             judge.close()
-    return PipelineResult(assignment, problems, _scores(assignment, evaluations), seconds,
+    return JudgedScores(assignment, problems, _scores(assignment, evaluations), seconds,
                           sandbox_used)
 
 
