@@ -404,8 +404,9 @@ def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree):
 
 
 def test_run_autograder_writes_the_reason_when_the_grader_itself_breaks(tree):
-    """A broken grader (its judge module missing from the zip): an error nobody anticipated."""
-    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge.py"))
+    """A broken grader (the module that starts its judge missing from the zip): an error nobody
+    anticipated."""
+    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge_process.py"))
     results, stdout = _run_autograder(tree)
     assert validate_results(results) == []
     assert results["score"] == 0 and results["extra_data"]["finished"] is False

@@ -10,8 +10,8 @@ import json
 import os
 from typing import NamedTuple
 
-from grader.checks.results import ProblemResult
 from grader.cohort import files
+from grader.cohort.scoring import JudgedScores
 
 
 class SpeedPoint(NamedTuple):
@@ -33,11 +33,11 @@ def _load(course: str, student: str, assignment: str, name: str, empty):
         return empty
 
 
-def _results(course: str, student: str, assignment: str) -> list[ProblemResult]:
-    """The judged result for each problem of a submission (written by the trusted
-    process, never by the notebook's kernel)."""
-    problems = _load(course, student, assignment, files.RESULTS_FILE, {}).get("problems", {})
-    return [ProblemResult.from_dict({**result, "problem": key}) for key, result in problems.items()]
+def _judged(course: str, student: str, assignment: str) -> JudgedScores | None:
+    """A submission's judged scores (written by the trusted process, never by the notebook's
+    kernel), kept beside its graded notebook."""
+    return JudgedScores.load(os.path.join(files.autograded_dir(course, student, assignment),
+                                          files.RESULTS_FILE))
 
 
 def collect(course: str, outcomes) -> dict:
@@ -57,11 +57,12 @@ def collect(course: str, outcomes) -> dict:
         for row in _load(course, sub.student, sub.assignment, files.DISAGREEMENTS_FILE, []):
             d["disagreed"].append((sub.student, row.get("grade_id"), row.get("kernel_points"),
                                    row.get("points")))
-        cells = _load(course, sub.student, sub.assignment, files.RESULTS_FILE, {}).get("cells", {})
+        judged = _judged(course, sub.student, sub.assignment)
+        cells = judged.cell_scores() if judged else {}
         d["review"] += [(sub.student, grade_id) for grade_id, c in sorted(cells.items())
-                        if isinstance(c, dict) and c.get("review")]
+                        if c.review]
         seen = set()
-        for r in _results(course, sub.student, sub.assignment):
+        for r in judged.problem_results() if judged else []:
             speed = r.checks.get("speed")
             sp = speed.details.get("speedups", {}) if speed else {}
             if "learner" in sp and (sub.student, r.problem) not in seen:

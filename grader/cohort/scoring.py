@@ -22,8 +22,8 @@ import json
 import time
 from typing import Callable
 
-from grader.checks.results import Status
-from grader.isolation.check import score_cell
+from grader.checks.results import ProblemResult, Status
+from grader.isolation.check import CellScore, score_cell
 from grader.problems import get_problem, public_names, test_cells
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solution_cells
 
@@ -69,6 +69,30 @@ class JudgedScores:
         if display_path:
             with open(display_path, "w") as fh:
                 json.dump(self.display(), fh, default=str)
+
+    @classmethod
+    def load(cls, path: str) -> "JudgedScores | None":
+        """What :meth:`save` wrote (``None`` when the file is missing or not this format): the
+        one reader of a submission's judged scores, for the report and anything after it."""
+        try:
+            with open(path) as fh:
+                data = json.load(fh)
+            # Missing parts read as empty: a file cut short still shows what it holds.
+            return cls(str(data.get("assignment") or ""), dict(data.get("problems") or {}),
+                       dict(data.get("cells") or {}), dict(data.get("seconds") or {}),
+                       str(data.get("sandbox") or ""))
+        except (OSError, ValueError, AttributeError, TypeError):
+            return None
+
+    def problem_results(self) -> list[ProblemResult]:
+        """Each problem's result, typed."""
+        return [ProblemResult.from_dict({**result, "problem": key})
+                for key, result in self.problems.items()]
+
+    def cell_scores(self) -> dict[str, CellScore]:
+        """Each test cell's score, typed, by ``grade_id``."""
+        return {grade_id: CellScore.from_dict(cell) for grade_id, cell in self.cells.items()
+                if isinstance(cell, dict)}
 
 
 def problems_of(assignment: str) -> list[str]:
