@@ -62,12 +62,12 @@ from grader.checks.phases import Phases
 from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.checks.wire import Packer, ProtocolError, decode
 from grader.isolation import channel, sandbox, static_check
-from grader.isolation.source import Cell
-from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 from grader.isolation.reference_side import (JobFigures, ReferenceSide, timed_version,
                                              traced_inputs)
+from grader.isolation.source import Cell
 from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, LearnerRaised, SubjectGone,
                                               SubjectSession, learner_text)
+from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 
 DEFAULT_TIMEOUT_S = 300.0
 CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed")

@@ -25,7 +25,6 @@ JOB_TRIALS = 21
 COLD_ROUNDS = 3   # cold first calls measured per mode of a planning question (the least is kept)
 
 
-
 def timed_version(model, problem: Problem, options: dict):
     """What a job or speed measurement calls: ``model`` eagerly for ``mode="none"``, else
     compiled with ``options`` (and ``fullgraph=True`` where the problem times one graph)."""
