@@ -14,7 +14,9 @@ and its subject (the timed checks left out where the verdict does not depend on 
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 
 import pytest
 
@@ -260,3 +262,53 @@ def test_ps3_figures_are_measured_once_per_run_and_handed_to_every_other_judge(m
     wrong = {"ps3.q1": dict(figures, samples={"none": [1e-4]}, first_call_s={"none": 0.0})}
     with pytest.raises(ValueError, match="job figures"):
         Judge().build_references(dict(job, measured_jobs=wrong))
+
+
+class _InProcessJudge:
+    """A judge in this process (so that a test can count its measurements), driven like a
+    JudgeProcess."""
+
+    def grade(self, job, timeout_s):
+        return Judge().grade(job)   # a fresh judge per job: what self-check starts each time
+
+
+def test_self_check_measures_ps3_once_and_reuses_the_saved_figures(monkeypatch, tmp_path):
+    """A learner checking their rule again does not wait ~50 s for the same measurement: the
+    first self-check saves the judge's figures on this machine, the next ones use them (and say
+    so); figures too old, or for other grader code, are measured again."""
+    from grader.isolation import saved_figures
+    from grader.isolation.check import evaluate
+
+    measured = []
+
+    def measure(problem, device):
+        measured.append(problem.key)
+        return _figures(FIRST_S, PER_CALL_S)
+
+    monkeypatch.setattr(reference_side, "measure_jobs", measure)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    rule = [Cell("cell 7", REFERENCE_PS3)]
+    first = evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
+    assert first.status == "ok" and measured == ["ps3.q1"], first.result
+    assert "saved in" in first.figures_note and str(tmp_path) in first.figures_note
+    again = evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
+    assert again.status == "ok" and measured == ["ps3.q1"], "measured again"
+    assert "measured by a self-check at" in again.figures_note
+    pays = [re.search(r"compiling pays after ([\d,]+) calls", e.outcome("job").message).group(1)
+            for e in (first, again)]
+    assert pays[0] == pays[1], pays
+
+    # Too old: measured again.
+    path = saved_figures.path_for("ps3.q1", "cpu")
+    data = json.load(open(path))
+    json.dump(dict(data, measured_at=data["measured_at"] - saved_figures.MAX_AGE_S - 1),
+              open(path, "w"))
+    evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
+    assert measured == ["ps3.q1", "ps3.q1"]
+    # Asked not to use them: measured again.
+    evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off",
+             saved_figures=False)
+    assert measured == ["ps3.q1"] * 3
+    # Other grader code: another file.
+    monkeypatch.setattr(saved_figures, "_grader_digest", lambda: "another grader")
+    assert saved_figures.path_for("ps3.q1", "cpu") != path

@@ -51,6 +51,7 @@ class Evaluation:
     problem: Problem
     result: dict
     printed: bool = False  # check() printed it already: displaying it again shows one line
+    figures_note: str = ""  # where a planning question's figures came from (self-check)
 
     @functools.cached_property
     def parsed(self) -> ProblemResult:
@@ -342,7 +343,7 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
              timeout_s: float | None = None, sandbox: str = "auto",
              problem_module: str | None = None, course_root: str | None = None,
              checks: Iterable[str] | None = None, cache: bool = True, isolation=None,
-             judge=None, screen: bool = True) -> Evaluation:
+             judge=None, screen: bool = True, saved_figures: bool = True) -> Evaluation:
     """Grade ``key`` from the source of ``objects`` (or from ``cells``): a judge process runs the
     learner's code in a sandboxed subject and decides every verdict itself
     (:mod:`grader.isolation.judge`).
@@ -354,7 +355,9 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     (required) or 'off' (see :func:`grader.isolation.sandbox.probe`); ``isolation``: one already
     probed. ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run
     keeps one per worker; by default a new one is started). ``screen``: only the grader's own
-    tests turn the static check off, to attack what stands behind it.
+    tests turn the static check off, to attack what stands behind it. ``saved_figures``: a
+    planning question's figures (ps3 q1) measured by an earlier self-check on this machine are
+    used again (:mod:`grader.isolation.saved_figures`; ``False``: measure again).
     """
     from grader.isolation import static_check
 
@@ -372,13 +375,51 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
                   course_root=course_root,
                   checks={key: list(checks)} if checks is not None else None,
                   isolation=isolation, screen=screen)
+    saved = _saved_figures(problem, job) if saved_figures and problem.plan is not None else None
     digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     if cache and digest in _RESULTS:
         return _RESULTS[digest]
     evaluation = Evaluation(problem, run_job(job, judge)[key])
+    if problem.plan is not None and saved_figures:
+        evaluation = _keep_figures(evaluation, job["device"], saved)
     if cache and evaluation.status not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
+
+
+def _saved_figures(problem: Problem, job: dict) -> dict | None:
+    """An earlier self-check's figures for ``problem`` on this machine, put in ``job`` for the
+    judge (which checks them again) instead of measuring ~50 s again."""
+    from grader.isolation import saved_figures
+
+    figures = saved_figures.load(problem.key, job["device"])
+    if figures is not None:
+        job["measured_jobs"] = {problem.key: figures}
+    return figures
+
+
+def _keep_figures(evaluation: Evaluation, device: str, saved: dict | None) -> Evaluation:
+    """Save the figures the judge measured for the next self-check, and say where they came from."""
+    import time
+
+    from grader.isolation import saved_figures
+
+    if saved is not None:
+        when = time.strftime("%H:%M", time.localtime(float(saved.get("measured_at", 0))))
+        note = (f"(the grader's figures for this machine were measured by a self-check at "
+                f"{when} and saved in {saved_figures.folder()}; delete that folder, or pass "
+                f"saved_figures=False, to measure again)")
+        return dataclasses.replace(evaluation, figures_note=note)
+    if evaluation.status != Status.OK:
+        return evaluation
+    outcome = evaluation.parsed.checks.get("job")
+    figures = outcome.details.get("figures") if outcome is not None else None
+    path = saved_figures.save(evaluation.problem.key, device, figures) if figures else None
+    if path is None:
+        return evaluation
+    return dataclasses.replace(evaluation, figures_note=(
+        f"(the grader's figures for this machine are saved in {path}: the next self-check "
+        f"uses them for {saved_figures.MAX_AGE_S // 3600} h instead of measuring again)"))
 
 
 def skip_while_grading() -> bool:
@@ -404,6 +445,8 @@ def check(key: str, *objects, **options) -> Evaluation:
     if evaluation.status == Status.OK and "job" in evaluation.parsed.checks:
         print("(self-check: the hidden jobs were drawn around this machine's break-even; grading "
               "draws fresh ones around the grading machine's, measured there)")
+    if evaluation.figures_note:
+        print(evaluation.figures_note)
     if evaluation.status == Status.OK and "speed" in evaluation.parsed.checks:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")

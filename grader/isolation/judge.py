@@ -172,7 +172,8 @@ class Judge:
         results = {k: ProblemResult(Status.OK, k, device=device,
                                     device_class=targets.device_class(device))
                    for k in problems}
-        sides = {k: self.side(p, refs.get(k), device, module) for k, p in problems.items()}
+        sides = {k: self.side(p, refs.get(k), device, module, job.get("measured_jobs"))
+                 for k, p in problems.items()}
         lap("reference side")
 
         # 1. The screen (defence in depth).
