@@ -276,6 +276,7 @@ def test_self_check_measures_ps3_once_and_reuses_the_saved_figures(monkeypatch, 
     """A learner checking their rule again does not wait ~50 s for the same measurement: the
     first self-check saves the judge's figures on this machine, the next ones use them (and say
     so); figures too old, or for other grader code, are measured again."""
+    from grader import _paths
     from grader.isolation import saved_figures
     from grader.isolation.check import evaluate
 
@@ -310,5 +311,5 @@ def test_self_check_measures_ps3_once_and_reuses_the_saved_figures(monkeypatch, 
              saved_figures=False)
     assert measured == ["ps3.q1"] * 3
     # Other grader code: another file.
-    monkeypatch.setattr(saved_figures, "_grader_digest", lambda: "another grader")
+    monkeypatch.setattr(_paths, "grader_fingerprint", lambda: "another grader")
     assert saved_figures.path_for("ps3.q1", "cpu") != path

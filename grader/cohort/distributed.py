@@ -39,7 +39,6 @@ node that no other grading task on the node holds (:func:`claim_core`: a lock fi
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import platform
 import shutil
@@ -50,6 +49,7 @@ import tempfile
 import time
 from typing import Iterator
 
+from grader._paths import grader_fingerprint
 from grader.cohort import files
 from grader.cohort.attempt import Attempt, AttemptSettings, device_for, gpu_count, run_attempt
 from grader.cohort.collect import Submission
@@ -98,24 +98,6 @@ def release_core() -> None:
         _, fd, allowed = _claimed.pop()
         os.sched_setaffinity(0, allowed)
         os.close(fd)
-
-
-def grader_fingerprint() -> str:
-    """A hash of the grader package's source files: the same on every node that runs the same
-    commit."""
-    import grader
-
-    top = os.path.dirname(os.path.abspath(grader.__file__))
-    digest = hashlib.sha256()
-    for root, dirs, names in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(names):
-            if name.endswith((".py", ".json")):
-                path = os.path.join(root, name)
-                digest.update(os.path.relpath(path, top).encode() + b"\0")
-                with open(path, "rb") as fh:
-                    digest.update(fh.read())
-    return digest.hexdigest()[:16]
 
 
 def node_report() -> dict:

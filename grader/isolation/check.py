@@ -375,12 +375,13 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
                   course_root=course_root,
                   checks={key: list(checks)} if checks is not None else None,
                   isolation=isolation, screen=screen)
-    saved = _saved_figures(problem, job) if saved_figures and problem.plan is not None else None
+    use_saved = saved_figures and problem.plan is not None
+    saved = _saved_figures(problem, job) if use_saved else None
     digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     if cache and digest in _RESULTS:
         return _RESULTS[digest]
     evaluation = Evaluation(problem, run_job(job, judge)[key])
-    if problem.plan is not None and saved_figures:
+    if use_saved:
         evaluation = _keep_figures(evaluation, job["device"], saved)
     if cache and evaluation.status not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry

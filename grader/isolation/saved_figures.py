@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from grader import _paths
+
 MAX_AGE_S = 12 * 3600
 
 
@@ -26,22 +28,6 @@ def folder() -> str:
     """``$XDG_CACHE_HOME/torch-compile-course/figures`` (``~/.cache/...`` by default)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "torch-compile-course", "figures")
-
-
-def _grader_digest() -> str:
-    """The grader's code, every module of it: figures measured by other code are not reused."""
-    import grader
-
-    root = os.path.dirname(grader.__file__)
-    h = hashlib.sha256()
-    for dirpath, dirnames, names in sorted(os.walk(root)):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        for name in sorted(n for n in names if n.endswith(".py")):
-            path = os.path.join(dirpath, name)
-            h.update(os.path.relpath(path, root).encode())
-            with open(path, "rb") as fh:
-                h.update(fh.read())
-    return h.hexdigest()
 
 
 def _machine(device: str) -> str:
@@ -57,7 +43,7 @@ def path_for(key: str, device: str) -> str:
     import torch
 
     identity = json.dumps([key, device, _machine(device), torch.__version__,
-                           sys.version.split()[0], _grader_digest()])
+                           sys.version.split()[0], _paths.grader_fingerprint()])
     digest = hashlib.sha256(identity.encode()).hexdigest()[:20]
     return os.path.join(folder(), f"{key}-{digest}.json")
 
