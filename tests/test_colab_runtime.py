@@ -4,7 +4,7 @@ Colab has torch, torchvision, matplotlib (and a Jupyter kernel) preinstalled, no
 JupyterLab, no checkout of this repository. This test builds such a runtime and runs a problem set
 and a chapter in it top to bottom, the way a learner on Colab would.
 
-How the clean runtime is built (fast and honest):
+How the clean runtime is built (fast and honest; ``grader/tools/clean_venv.py``):
 
 * ``python -m venv --without-pip`` in a temporary folder, then the **exact dependency closure** of
   ``torch``, ``torchvision``, ``matplotlib``, ``ipykernel`` (the kernel that runs the notebook, as
@@ -50,79 +50,16 @@ import time
 import pytest
 
 import notebook_solutions as sol
+from grader.tools.clean_venv import (INSTRUCTOR_ONLY, canonical as _canonical, copy_checkout,
+                                     dependency_closure, link_distributions)
 
 ROOT = sol.ROOT
 PS = "ps2"
 CHAPTER = "01_dynamo.ipynb"
 # What Colab preinstalls that matters here, plus its kernel and pip.
 PREINSTALLED = ["torch", "torchvision", "matplotlib", "ipykernel", "pip"]
-# Never in the learner's runtime, before or after the course package is installed.
-INSTRUCTOR_ONLY = ["nbgrader", "jupyterlab", "notebook", "nbclient", "nbconvert", "nbformat"]
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts", "colab")
 CELL_TIMEOUT_S = 600
-
-
-def _canonical(name: str) -> str:
-    from packaging.utils import canonicalize_name
-
-    return canonicalize_name(name)
-
-
-def dependency_closure(roots: list[str]) -> dict:
-    """canonical name -> installed distribution, for ``roots`` and everything they require
-    (markers evaluated for this interpreter, extras followed), from the course venv's metadata."""
-    import importlib.metadata as md
-
-    from packaging.requirements import Requirement
-
-    found: dict[str, tuple] = {}
-    todo = [(name, frozenset()) for name in roots]
-    while todo:
-        name, extras = todo.pop()
-        key = _canonical(name)
-        if key in found and extras <= found[key][1]:
-            continue
-        extras = extras | (found[key][1] if key in found else frozenset())
-        dist = md.distribution(name)
-        found[key] = (dist, extras)
-        for spec in dist.requires or []:
-            req = Requirement(spec)
-            envs = [{"extra": e} for e in ("", *sorted(extras))]
-            if req.marker is None or any(req.marker.evaluate(env) for env in envs):
-                todo.append((req.name, frozenset(req.extras)))
-    return {key: dist for key, (dist, _) in found.items()}
-
-
-def link_distributions(dists: dict, site_packages: str) -> int:
-    """Hard-link every file each distribution installed under site-packages (its RECORD) into
-    ``site_packages``; scripts and data installed outside site-packages are left out."""
-    count = 0
-    for dist in dists.values():
-        base = os.path.realpath(dist.locate_file(""))
-        for entry in dist.files or []:
-            src = os.path.realpath(dist.locate_file(entry))
-            rel = os.path.relpath(src, base)
-            if rel.startswith("..") or not os.path.isfile(src):
-                continue
-            dst = os.path.join(site_packages, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            try:
-                os.link(src, dst)
-            except OSError:  # another file system: copy
-                shutil.copy2(src, dst)
-            count += 1
-    return count
-
-
-def copy_checkout(dest: str) -> None:
-    """The checkout's files as a commit would have them (tracked, or untracked and not ignored)."""
-    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, names):
-        src = os.path.join(ROOT, name)
-        if os.path.isfile(src):
-            os.makedirs(os.path.dirname(os.path.join(dest, name)), exist_ok=True)
-            shutil.copy2(src, os.path.join(dest, name))
 
 
 class Runtime:

@@ -10,7 +10,8 @@ died before replying and 41 of 48 demo submissions scored 0. Limits are now only
 Each problem kind is graded here once with a full and once with a failing persona, through the
 command line `make grade` runs (inference and the job choice of ps1 and ps3, the training step of
 ps5 as root; fusion, recompiles and the decode loop of ps2, ps4 and ps6 as an ordinary user), to
-the scores of grader/cohort/demo_expected.json; and the Gradescope run_autograder both ways.
+the scores of grader/cohort/demo_expected.json; and the Gradescope run_autograder both ways, with
+the Python of a venv holding only what the zip's setup.sh installs (grader/tools/clean_venv.py).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import zipfile
 
 import pytest
 
+from grader.tools import clean_venv
 import fresh_machine
 from grader.cohort.demo import DEMO_FILE, expected_scores
 
@@ -116,6 +118,22 @@ def test_make_grade_grades_the_demo_without_bubblewrap_to_the_written_down_score
             assert any(f"{s}/{a}: graded {want:g}/" in line for line in graded), (a, s, out[-3000:])
 
 
+@pytest.fixture(scope="module")
+def setup_sh_python():
+    """/autograder/venv as the zip's setup.sh leaves it, in a folder every user can read."""
+    import tempfile
+
+    from grader.cohort.gradescope import build_autograder
+
+    folder = tempfile.mkdtemp(prefix="fresh-machine-image-", dir="/tmp")
+    os.chmod(folder, 0o755)
+    with zipfile.ZipFile(build_autograder("ps2", os.path.join(folder, "ps2.zip"), course=ROOT)) as zf:
+        zf.extractall(os.path.join(folder, "zip"))
+    yield clean_venv.gradescope_venv(os.path.join(folder, "venv"),
+                                     os.path.join(folder, "zip", "course"))
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def _autograder_root(folder: str, user, notebook) -> str:
     from grader.cohort.gradescope import build_autograder
 
@@ -149,8 +167,8 @@ def _ps2(solution: str | None = None):
     return nb
 
 
-def _run_autograder(root: str, workdir: str, user, extra_env=None) -> dict:
-    env = dict(_env(workdir), AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=PYTHON,
+def _run_autograder(root: str, workdir: str, user, python: str, extra_env=None) -> dict:
+    env = dict(_env(workdir), AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=python,
                **(extra_env or {}))
     proc = subprocess.run(fresh_machine.command(["bash", os.path.join(root, "run_autograder")],
                                                 user=user, open_python=True),
@@ -162,9 +180,9 @@ def _run_autograder(root: str, workdir: str, user, extra_env=None) -> dict:
 
 @needs_root
 @pytest.mark.parametrize("user", [None, fresh_machine.NOBODY], ids=["root", "nobody"])
-def test_gradescope_run_autograder_without_bubblewrap(workdir, user):
+def test_gradescope_run_autograder_without_bubblewrap(workdir, user, setup_sh_python):
     root = _autograder_root(workdir, user, _ps2())
-    results = _run_autograder(root, workdir, user)
+    results = _run_autograder(root, workdir, user, setup_sh_python)
     assert results["score"] == 10, json.dumps(results)[:2000]
     isolation = results["extra_data"]["isolation"]
     assert isolation.startswith("NO sandbox")
@@ -181,10 +199,12 @@ raise ValueError('nothing readable at ' + {pattern!r})
 
 
 @needs_root
-def test_gradescope_learner_code_cannot_read_the_reference_as_root_without_bubblewrap(workdir):
+def test_gradescope_learner_code_cannot_read_the_reference_as_root_without_bubblewrap(
+        workdir, setup_sh_python):
     pattern = os.path.join(workdir, "autograder", "source", "course", "source", "*", "*.ipynb")
     root = _autograder_root(workdir, None, _ps2(READ_REFERENCE.format(pattern=pattern)))
-    results = _run_autograder(root, workdir, None, {"COURSE_UNSCREENED_FOR_TESTS": "gradescope"})
+    results = _run_autograder(root, workdir, None, setup_sh_python,
+                              {"COURSE_UNSCREENED_FOR_TESTS": "gradescope"})
     shown = json.dumps(results)
     assert "nothing readable" in shown or "Permission denied" in shown, shown[:3000]
     assert "d // self.groups" not in shown      # a line of the reference solution

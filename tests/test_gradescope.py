@@ -1,7 +1,11 @@
 """`make gradescope ASSIGNMENT=ps2`: the autograder zip Gradescope takes, and its run_autograder
-run for real on a fake /autograder tree (AUTOGRADER_ROOT) with one submission of ps2 (the
+run for real on a fake /autograder tree (AUTOGRADER_ROOT) with submissions of ps2 (the
 cheapest set to grade), its results.json checked against Gradescope's documented format
 (gradescope-autograders.readthedocs.io, "Autograder Specifications": results.json).
+
+run_autograder runs with the Python of a venv that holds exactly what the zip's setup.sh installs
+(torch, torchvision, the course package without extras: ``grader/tools/clean_venv.py``), never with the
+course's own venv: a module the zip does not install (nbgrader, jupyter_client, ...) fails here.
 """
 import json
 import os
@@ -14,6 +18,8 @@ import zipfile
 
 import pytest
 
+from grader.tools import clean_venv
+from grader.cohort.demo import expected_scores
 from grader.isolation import sandbox
 from grader.cohort.gradescope import build_autograder, cell_info, find_submission_notebook
 from grader.problems import test_cells as declared_test_cells
@@ -61,21 +67,46 @@ def validate_results(results: dict) -> list[str]:
     return problems
 
 
-def _full_solution() -> str:
-    """ps2 as a learner would submit it, every solution cell filled with the reference's."""
+def _persona(name: str = "ada_full") -> str:
+    """ps2 as the demo student ``name`` submits it (ada_full: every solution cell filled with the
+    reference's)."""
     import nbformat
 
-    from grader.cohort.demo import personas_for
+    from grader.cohort.demo import demo_solutions, personas_for
 
     source = nbformat.read(os.path.join(ROOT, "source", ASSIGNMENT, f"{ASSIGNMENT}.ipynb"), 4)
     release = nbformat.read(os.path.join(ROOT, "release", ASSIGNMENT, f"{ASSIGNMENT}.ipynb"), 4)
-    return nbformat.writes(personas_for(ASSIGNMENT, release, source)["ada_full"])
+    personas = personas_for(ASSIGNMENT, release, source, demo_solutions(ROOT).get(ASSIGNMENT))
+    return nbformat.writes(personas[name])
+
+
+def _full_solution() -> str:
+    return _persona("ada_full")
 
 
 @pytest.fixture(scope="module")
 def autograder_zip(tmp_path_factory):
     return build_autograder(ASSIGNMENT, str(tmp_path_factory.mktemp("gs") / "autograder.zip"),
                             course=ROOT, torch_pins="torch==2.6.0 torchvision==0.21.0")
+
+
+@pytest.fixture(scope="module")
+def setup_sh_python(autograder_zip, tmp_path_factory):
+    """The Python of /autograder/venv as setup.sh leaves it (the zip's own course package)."""
+    folder = tmp_path_factory.mktemp("gradescope-image")
+    with zipfile.ZipFile(autograder_zip) as zf:
+        zf.extractall(folder / "zip")
+    return clean_venv.gradescope_venv(str(folder / "venv"), str(folder / "zip" / "course"))
+
+
+def _autograder_env(root: str, python: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "VIRTUAL_ENV", "COURSE_"))}
+    ours = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != ours)
+    env.update(AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=python,
+               COURSE_AUTOGRADER_SANDBOX="auto")
+    return env
 
 
 def _autograder_tree(zip_path: str, folder) -> str:
@@ -89,13 +120,10 @@ def _autograder_tree(zip_path: str, folder) -> str:
     return root
 
 
-def _run_autograder(root: str) -> tuple[dict, str]:
-    env = dict(os.environ, AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=sys.executable,
-               COURSE_AUTOGRADER_SANDBOX="auto")
-    env.pop("PYTHONPATH", None)   # the zip's own copy of the package must be enough
-    env.pop("COURSE_ROOT", None)
-    proc = subprocess.run(["bash", os.path.join(root, "run_autograder")], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=900)
+def _run_autograder(root: str, python: str) -> tuple[dict, str]:
+    proc = subprocess.run(["bash", os.path.join(root, "run_autograder")], cwd=root,
+                          env=_autograder_env(root, python), capture_output=True, text=True,
+                          timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(os.path.join(root, "results", "results.json")) as fh:
         return json.load(fh), proc.stdout
@@ -123,11 +151,20 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
-def test_run_autograder_grades_a_submission_into_gradescope_results(autograder_zip, tmp_path):
+def test_setup_sh_installs_no_notebook_machinery(setup_sh_python):
+    """The image has no kernel, nbgrader or Ray: run_autograder must not need them."""
+    assert clean_venv.importable(setup_sh_python, ["torch", "torchvision", "matplotlib",
+                                                   "grader"]) == ["torch", "torchvision",
+                                                                  "matplotlib", "grader"]
+    assert clean_venv.importable(setup_sh_python, clean_venv.NOT_ON_GRADESCOPE) == []
+
+
+def test_run_autograder_grades_a_submission_into_gradescope_results(autograder_zip, tmp_path,
+                                                                    setup_sh_python):
     root = _autograder_tree(autograder_zip, tmp_path)
     with open(os.path.join(root, "submission", f"{ASSIGNMENT}.ipynb"), "w") as fh:
         fh.write(_full_solution())
-    results, stdout = _run_autograder(root)
+    results, stdout = _run_autograder(root, setup_sh_python)
 
     assert validate_results(results) == []
     declared = declared_test_cells(ASSIGNMENT)
@@ -149,11 +186,29 @@ def test_run_autograder_grades_a_submission_into_gradescope_results(autograder_z
     assert results["stdout_visibility"] == "hidden"
 
 
-def test_a_submission_without_its_notebook_scores_zero_with_the_reason(autograder_zip, tmp_path):
+@pytest.mark.parametrize("student", ["ben_partial", "eve_wrong", "fay_crash"])
+def test_run_autograder_scores_the_demo_students_as_make_grade_does(autograder_zip, tmp_path,
+                                                                    setup_sh_python, student):
+    """A partial, a wrong and a crashing submission, in setup.sh's environment: the demo's
+    written-down scores (grader/cohort/demo_expected.json), each test with its reason."""
+    root = _autograder_tree(autograder_zip, tmp_path)
+    with open(os.path.join(root, "submission", f"{ASSIGNMENT}.ipynb"), "w") as fh:
+        fh.write(_persona(student))
+    results, stdout = _run_autograder(root, setup_sh_python)
+    assert validate_results(results) == []
+    assert results["extra_data"]["finished"] is True, results["output"]
+    assert results["score"] == expected_scores()[ASSIGNMENT][student], json.dumps(results)[:3000]
+    assert "the grader failed" not in results["output"], results["output"]
+    for test in results["tests"]:
+        assert test["output"].strip(), test
+
+
+def test_a_submission_without_its_notebook_scores_zero_with_the_reason(autograder_zip, tmp_path,
+                                                                       setup_sh_python):
     root = _autograder_tree(autograder_zip, tmp_path)
     with open(os.path.join(root, "submission", "notes.txt"), "w") as fh:
         fh.write("forgot the notebook")
-    results, _ = _run_autograder(root)
+    results, _ = _run_autograder(root, setup_sh_python)
     assert validate_results(results) == []
     assert results["score"] == 0
     assert [t["score"] for t in results["tests"]] == [0.0] * len(declared_test_cells(ASSIGNMENT))
@@ -374,15 +429,12 @@ def test_an_unexpected_error_of_the_grader_keeps_what_was_graded_and_says_why(tr
     assert "not a verdict on your code" in results["output"]
 
 
-def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree):
+def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree, setup_sh_python):
     """The real run_autograder, sent SIGTERM while its judge grades (as a time limit would)."""
     import signal
     import time
 
-    env = dict(os.environ, AUTOGRADER_ROOT=tree, COURSE_AUTOGRADER_PYTHON=sys.executable,
-               COURSE_AUTOGRADER_SANDBOX="auto")
-    env.pop("PYTHONPATH", None)
-    env.pop("COURSE_ROOT", None)
+    env = _autograder_env(tree, setup_sh_python)
     proc = subprocess.Popen(["bash", os.path.join(tree, "run_autograder")], cwd=tree, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
@@ -403,11 +455,11 @@ def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree):
                for t in results["tests"]), results["tests"]
 
 
-def test_run_autograder_writes_the_reason_when_the_grader_itself_breaks(tree):
+def test_run_autograder_writes_the_reason_when_the_grader_itself_breaks(tree, setup_sh_python):
     """A broken grader (the module that starts its judge missing from the zip): an error nobody
     anticipated."""
     os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge_process.py"))
-    results, stdout = _run_autograder(tree)
+    results, stdout = _run_autograder(tree, setup_sh_python)
     assert validate_results(results) == []
     assert results["score"] == 0 and results["extra_data"]["finished"] is False
     assert "the grader failed (ModuleNotFoundError" in results["output"], results["output"]

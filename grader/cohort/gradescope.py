@@ -535,9 +535,8 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
             # Only the judge (this user) reads the reference solution; learner code, which runs as
             # an unprivileged user id without bubblewrap, cannot enter the folder.
             os.chmod(os.path.join(course, "source"), 0o700)
-        from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
-
-        screen = "gradescope" not in os.environ.get(UNSCREENED_FOR_TESTS_ENV, "").split(",")
+        screen = "gradescope" not in os.environ.get(environment.UNSCREENED_FOR_TESTS,
+                                                    "").split(",")
         expected = os.path.basename(_source_notebook(course, assignment))
 
         def progress(partial) -> None:

@@ -11,7 +11,9 @@ Peak memory is the largest sum, over ``run_autograder`` and every process under 
 the subjects, the compiler's workers), of each process's resident set size, sampled every
 ``--interval`` seconds from ``/proc``: pages shared between processes count once per process, so
 it is an upper bound of what the container holds, short peaks between two samples aside.
-Every run starts with an empty compiler cache, as a fresh container has.
+Every run starts with an empty compiler cache, as a fresh container has, and runs with the Python
+of a venv holding only what the zip's ``setup.sh`` installs (:mod:`grader.tools.clean_venv`), not
+the course's own venv.
 ``--cpus N`` pins the run to N cores (``sched_setaffinity``), as a Gradescope container with N
 vCPUs has. ``--save`` writes the figures where ``make gradescope`` reads them for the zip's
 README (:func:`grader.cohort.gradescope.build_autograder`). Figures only; nothing is asserted.
@@ -86,14 +88,18 @@ def fake_tree(assignment: str, folder: str, torch_pins: str | None = None) -> st
 
 def measure(assignment: str, *, cpus: int | None = None, interval: float = 0.1,
             sandbox: str = "auto", timeout_s: float = 1800) -> dict:
-    """Run ``run_autograder`` once on a fake tree of ``assignment``: its wall time, peak memory
-    and what it scored."""
+    """Run ``run_autograder`` once on a fake tree of ``assignment``, with setup.sh's venv: its
+    wall time, peak memory and what it scored."""
+    from grader.tools.clean_venv import gradescope_venv
+
     folder = tempfile.mkdtemp(prefix=f"bench-gradescope-{assignment}-")
     try:
         root = fake_tree(assignment, folder)
+        python = gradescope_venv(os.path.join(folder, "venv"),
+                                 os.path.join(root, "source", "course"))
         # A cold compiler cache, as in Gradescope's fresh container for every submission (the
         # judge's default cache, /tmp/torchinductor_USER, would be warm from earlier runs here).
-        env = dict(os.environ, AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=sys.executable,
+        env = dict(os.environ, AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=python,
                    COURSE_AUTOGRADER_SANDBOX=sandbox,
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor-cache"),
                    TRITON_CACHE_DIR=os.path.join(folder, "triton-cache"))
