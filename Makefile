@@ -17,7 +17,6 @@ TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 WITH ?=
 STAMP := $(VENV)/.setup-done
 ASSIGNMENT ?=
-WORKERS ?=
 SIZE ?= ci
 
 .PHONY: setup setup-sandbox setup-browser test test-oldest lab bench bench-grade gpu-check release grade gradescope clean help
@@ -38,6 +37,12 @@ help:
 	@echo "make gpu-check     the benchmarks at full size on CUDA, plus every chapter"
 	@echo "make clean         remove the venvs and everything the targets made"
 	@echo "make help          this list"
+	@echo
+	@echo "make grade VARIABLE=value ...  (the default after each =; declared in grader/cohort/settings.py):"
+	@$(PYTHON_SYS) -B -m grader.cohort.settings
+	@echo
+	@echo "The course and who does what: README.md; the details (grading, Gradescope, Canvas,"
+	@echo "JupyterHub, Ray and Kubernetes, trust, versions): docs/."
 
 setup: $(STAMP) $(addprefix setup-,$(WITH))
 
@@ -90,25 +95,29 @@ lab: setup
 release: setup
 	$(PY) -m grader.cli release
 
-# Only what you set is passed on: every default and its help is in grader/cohort/settings.py
-# (`.venv/bin/python -m grader.cli grade --help`).
-# ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once;
-# REGRADE=1 grades again what is already graded (grades are replaced, never added).
-# SANDBOX=off grades without bubblewrap (learner code can then read this machine's files).
-REGRADE ?=
+# Only what you set is passed on: every variable's default and help is in grader/cohort/settings.py
+# (`make help` lists them; `.venv/bin/python -m grader.cli grade --help` shows the options).
+# ASSIGNMENT=ps1 grades one problem set (ASSIGNMENT="ps1 ps2" several); WORKERS=n grades n at once;
+# REGRADE=1 grades again what is already graded (grades are replaced, never added);
+# SANDBOX=off grades without bubblewrap (learner code can then read this machine's files);
+# EXECUTOR=ray grades each submission as a Ray task, on RAY_ADDRESS (a running cluster) or a local
+# Ray instance (docs/ray-kubernetes.md); DEMO=all grades the whole demo cohort (when submitted/ and
+# downloads/ hold no files).
+COURSE ?=
+WORKERS ?=
+TIMEOUT ?=
+MEMORY_GB ?=
+CELL_TIMEOUT ?=
 SANDBOX ?=
-# ROSTER=canvas-export.csv: Canvas's gradebook export, for names and sections in
-# reports/canvas.csv (canvas-roster.csv in the course folder is read without asking).
 ROSTER ?=
-# EXECUTOR=ray grades each submission as a Ray task: on RAY_ADDRESS=<head:port> (a running
-# cluster), else on a local Ray instance (README: "Grading on a Ray cluster").
+CANVAS_ASSIGNMENTS ?=
+CANVAS_PER_QUESTION ?=
 EXECUTOR ?=
 RAY_ADDRESS ?=
-# DEMO=all grades the whole demo cohort (when submitted/ is empty); DEMO=ada_full,fay_crash some of
-# it; unset: all eight students in ps1 and four in each other set (a first run's length).
 DEMO ?=
+REGRADE ?=
 grade: setup
-	$(PY) -m grader.cli grade $(if $(ASSIGNMENT),--assignment $(ASSIGNMENT)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(REGRADE),--regrade) $(if $(SANDBOX),--sandbox $(SANDBOX)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO))
+	$(PY) -m grader.cli grade $(if $(COURSE),--course $(COURSE)) $(foreach a,$(ASSIGNMENT),--assignment $(a)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB)) $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) $(if $(SANDBOX),--sandbox $(SANDBOX)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(CANVAS_ASSIGNMENTS),--canvas-assignments $(CANVAS_ASSIGNMENTS)) $(if $(CANVAS_PER_QUESTION),--canvas-per-question) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO)) $(if $(REGRADE),--regrade)
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
 # GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: Gradescope's

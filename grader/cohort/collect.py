@@ -2,7 +2,10 @@
 
 nbgrader's layout is ``submitted/STUDENT/ASSIGNMENT/`` (:func:`scan`); LMS downloads in
 ``downloads/ASSIGNMENT/archive/`` are collected into it first by ``nbgrader zip_collect``
-(:func:`zip_collect`), which stops instead of leaving a student silently ungraded.
+(:func:`zip_collect`), which stops instead of leaving a student silently ungraded. Nothing the
+instructor put in either folder is passed over in silence: :func:`misplaced` names every path
+that is not where that layout puts it, and :func:`holds_files` tells whether either folder holds
+anything at all (only then may ``make grade`` grade the demo cohort instead).
 """
 from __future__ import annotations
 
@@ -32,6 +35,78 @@ class Submission:
                 with open(os.path.join(root, f), "rb") as fh:
                     h.update(fh.read())
         return h.hexdigest()
+
+
+LAYOUT = (f"{files.SUBMITTED}/STUDENT/ASSIGNMENT/NOTEBOOK.ipynb (nbgrader collect), or an LMS's "
+          f"downloads (zip files or loose files) in {files.DOWNLOADS}/ASSIGNMENT/archive/")
+
+
+def _visible(folder: str) -> list[str]:
+    """The entries of ``folder`` but hidden ones (``.DS_Store``, ``.ipynb_checkpoints``)."""
+    return sorted(n for n in os.listdir(folder) if not n.startswith(".")) \
+        if os.path.isdir(folder) else []
+
+
+def course_assignments(course: str) -> list[str]:
+    """The course's problem sets: the folders of ``source/`` (raises ``SystemExit`` saying so
+    when there is no ``source/``)."""
+    folder = os.path.join(course, files.SOURCE)
+    if not os.path.isdir(folder):
+        raise SystemExit(f"make grade: {course} is not a course folder: it has no {files.SOURCE}/ "
+                         f"(nbgrader's source/ASSIGNMENT/ folders, one per problem set)")
+    return [name for name in _visible(folder) if os.path.isdir(os.path.join(folder, name))]
+
+
+def holds_files(course: str) -> bool:
+    """Whether ``submitted/`` or ``downloads/`` holds any file (hidden ones aside)."""
+    for top in (files.SUBMITTED, files.DOWNLOADS):
+        for root, dirs, names in os.walk(os.path.join(course, top)):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            if any(not n.startswith(".") for n in names):
+                return True
+    return False
+
+
+def misplaced(course: str, assignments: list[str]) -> list[str]:
+    """One line per path in ``submitted/`` or ``downloads/`` that grading would not read, with
+    where it belongs: a file outside a STUDENT/ASSIGNMENT folder, a folder named for no
+    assignment of ``assignments`` (the course's, from source/), a download outside archive/."""
+    known = ", ".join(assignments)
+    out = []
+
+    def unknown(path: str, name: str) -> str:
+        return f"{path}/: {name} is not a problem set of this course (source/ has {known})"
+
+    def is_dir(*parts: str) -> bool:
+        return os.path.isdir(os.path.join(course, *parts))
+
+    sub = files.SUBMITTED
+    for student in _visible(os.path.join(course, sub)):
+        if not is_dir(sub, student):
+            out.append(f"{sub}/{student}: a file directly in {sub}/; expected "
+                       f"{sub}/STUDENT/ASSIGNMENT/{student}")
+            continue
+        for name in _visible(os.path.join(course, sub, student)):
+            if not is_dir(sub, student, name):
+                stem = os.path.splitext(name)[0]
+                folder = stem if stem in assignments else "ASSIGNMENT"
+                out.append(f"{sub}/{student}/{name}: not in an assignment's folder; expected "
+                           f"{sub}/{student}/{folder}/{name}")
+            elif name not in assignments:
+                out.append(unknown(f"{sub}/{student}/{name}", name))
+    down = files.DOWNLOADS
+    for assignment in _visible(os.path.join(course, down)):
+        if not is_dir(down, assignment):
+            out.append(f"{down}/{assignment}: a file directly in {down}/; expected "
+                       f"{down}/ASSIGNMENT/archive/{assignment}")
+        elif assignment not in assignments:
+            out.append(unknown(f"{down}/{assignment}", assignment))
+        else:
+            out += [f"{down}/{assignment}/{name}: expected {down}/{assignment}/archive/{name} "
+                    f"(LMS downloads go in archive/)"
+                    for name in _visible(os.path.join(course, down, assignment))
+                    if name not in ("archive", "extracted")]
+    return out
 
 
 def scan(course: str, assignments: list[str]) -> list[Submission]:
@@ -65,11 +140,6 @@ def zip_collect(course: str, assignment: str, log: Callable[[str], None] = print
     if not os.path.isdir(folder):
         return
     where = os.path.join(files.DOWNLOADS, assignment)
-    stray = sorted(n for n in os.listdir(folder)
-                   if n not in ("archive", "extracted") and not n.startswith("."))
-    if stray:
-        raise RuntimeError(f"{where}/ holds {', '.join(stray[:5])}{' ...' if len(stray) > 5 else ''}: "
-                           f"LMS downloads (zip files or loose files) go in {where}/archive/")
     archive = os.path.join(folder, "archive")
     if not any(names for _, _, names in os.walk(archive)):
         log(f"{where}/archive/ is empty: no LMS downloads to collect for {assignment}")

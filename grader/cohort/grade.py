@@ -7,7 +7,7 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
 :class:`Run`; the order matters where noted. Each step hands its work to the module that does it:
 
     find_submissions   grader.cohort.collect (LMS downloads, submitted/); grader.cohort.demo when
-                       submitted/ is empty (graded in build/demo-course, and the output says so)
+                       submitted/ and downloads/ hold no file (graded in build/demo-course, saying so)
     choose_isolation   grader.isolation.sandbox (tried for real before anyone is graded)
     prepare_gradebook  nbgrader generate_assignment (grader.cohort.assign)
     start_judges       grader.isolation.judge, grader.cohort.scoring.build_references
@@ -44,9 +44,10 @@ import time
 
 from grader.cohort import assign, files
 from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
-from grader.cohort.collect import Submission, scan, zip_collect
+from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
+                                   scan, zip_collect)
 from grader.cohort.merge import Graded, Outcome, already_graded, merge, merge_attempt, unreadable_reason
-from grader.cohort.settings import DEFAULTS, add_arguments, from_arguments
+from grader.cohort.settings import DEFAULTS, add_arguments, from_arguments, problems
 from grader.isolation import sandbox
 
 
@@ -97,11 +98,18 @@ class Run:
 def find_submissions(run: Run) -> None:
     """submitted/STUDENT/ASSIGNMENT/ (nbgrader's layout); LMS downloads in
     downloads/ASSIGNMENT/archive/ are collected into it first (:mod:`grader.cohort.collect`).
-    With nothing submitted, switch to the bundled demo cohort."""
-    for assignment in run.assignments:
-        zip_collect(run.course, assignment, run.log)
-    subs = scan(run.course, run.assignments)
-    if not subs:
+    Stops before grading anyone when a path there is not where that layout puts it, or when
+    nothing of ``run.assignments`` was handed in; only when submitted/ and downloads/ hold no
+    file at all, switch to the bundled demo cohort."""
+    wrong = misplaced(run.course, course_assignments(run.course))
+    if wrong:
+        shown = wrong[:MAX_LISTED] + ([f"... and {len(wrong) - MAX_LISTED} more"]
+                                      if len(wrong) > MAX_LISTED else [])
+        raise SystemExit(f"make grade: stopped before grading: {len(wrong)} path(s) in "
+                         f"{files.SUBMITTED}/ or {files.DOWNLOADS}/ are not where grading reads "
+                         f"them:\n  " + "\n  ".join(shown) + f"\nThe layout: {LAYOUT}. Move "
+                         f"(or remove) these and run make grade again.")
+    if not holds_files(run.course):
         from grader.cohort.demo import (DEMO_CELL_TIMEOUT_S, DEMO_SUBJECT_TIMEOUT_S,
                                         build_demo_course, choose_demo_cohort)
 
@@ -116,9 +124,28 @@ def find_submissions(run: Run) -> None:
         run.subject_timeout_s = min(run.subject_timeout_s or DEMO_SUBJECT_TIMEOUT_S,
                                     DEMO_SUBJECT_TIMEOUT_S)
         subs = scan(run.course, run.assignments)
+    else:
+        for assignment in run.assignments:
+            try:
+                zip_collect(run.course, assignment, run.log)
+            except RuntimeError as exc:
+                raise SystemExit(f"make grade: stopped before grading: {exc}") from None
+        subs = scan(run.course, run.assignments)
+        if not subs:
+            present = sorted({s.assignment for s in scan(run.course,
+                                                         course_assignments(run.course))})
+            raise SystemExit(
+                f"make grade: nothing to grade: no submission of {', '.join(run.assignments)} "
+                f"in {files.SUBMITTED}/ (it holds "
+                f"{', '.join(present) if present else 'no STUDENT/ASSIGNMENT folder'}). The "
+                f"layout: {LAYOUT}. (The demo cohort is graded only when {files.SUBMITTED}/ and "
+                f"{files.DOWNLOADS}/ hold no file at all.)")
     run.submissions = subs
     run.log(f"{len(subs)} submissions: {len({s.student for s in subs})} students, "
             f"{', '.join(sorted({s.assignment for s in subs}))}")
+
+
+MAX_LISTED = 20   # misplaced paths named one by one before "... and N more"
 
 
 def choose_isolation(run: Run) -> None:
@@ -364,12 +391,16 @@ STEPS = [
 
 
 def grade(course: str = ".", assignments: list[str] | None = None, **options) -> Run:
-    """Run :data:`STEPS` on a course folder and return the run (outcomes, paths)."""
+    """Run :data:`STEPS` on a course folder and return the run (outcomes, paths). Stops
+    (``SystemExit``) before anything runs when an assignment asked for is not in ``source/``."""
     course = os.path.abspath(course)
-    if not assignments:
-        assignments = sorted(d for d in os.listdir(os.path.join(course, files.SOURCE))
-                             if os.path.isdir(os.path.join(course, files.SOURCE, d)))
-    run = Run(course=course, assignments=assignments, **options)
+    known = course_assignments(course)
+    unknown = [a for a in assignments or [] if a not in known]
+    if unknown:
+        raise SystemExit(f"make grade: no problem set {', '.join(unknown)} in this course: "
+                         f"ASSIGNMENT takes one of {', '.join(known)} (the folders of "
+                         f"{files.SOURCE}/), or nothing to grade them all")
+    run = Run(course=course, assignments=list(assignments or known), **options)
     try:
         for step in STEPS:
             step(run)
@@ -397,11 +428,23 @@ def exit_status(run: Run) -> int:
     return 2 if any(o.status == Graded.FAILED for o in run.outcomes) else 0
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """An unknown option or a value that is not a number is said in one line (argparse would
+    print the whole usage, a screenful with every option, first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"make grade: {message} (make help, or --help, lists the options)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _OneLineErrors(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)   # every option from grader.cohort.settings.GradeSettings
     settings = from_arguments(parser.parse_args(argv))
+    wrong = problems(settings)
+    if wrong:
+        print("\n".join(f"make grade: {line}" for line in wrong), file=sys.stderr)
+        return 2
     run = grade(settings.course, list(settings.assignments), **settings.run_options())
     return exit_status(run)
 

@@ -15,54 +15,66 @@ from typing import Any
 from grader.cohort import files
 
 
-def setting(default: Any, help: str, *, flag: str | None = None, choices: tuple | None = None,
-            repeat: bool = False) -> Any:
-    """A field of :class:`GradeSettings`: its default, the help of its command-line option, and
-    the option's name when it is not the field's (``--timeout`` for ``timeout_s``)."""
+def setting(default: Any, help: str, *, make: str, flag: str | None = None,
+            choices: tuple | None = None, repeat: bool = False, minimum: float | None = None,
+            existing_file: bool = False) -> Any:
+    """A field of :class:`GradeSettings`: its default, the help of its command-line option, the
+    ``make grade`` variable that sets it (``make``), the option's name when it is not the
+    field's (``--timeout`` for ``timeout_s``), and what a value must be: at least ``minimum``,
+    or a file that exists (``existing_file``; empty: none given)."""
     return dataclasses.field(default=default, metadata={
-        "help": help, "flag": flag, "choices": choices, "repeat": repeat})
+        "help": help, "flag": flag, "choices": choices, "repeat": repeat, "make": make,
+        "minimum": minimum, "existing_file": existing_file})
 
 
 @dataclasses.dataclass(frozen=True)
 class GradeSettings:
     """The options of one ``make grade`` run."""
 
-    course: str = setting(".", "the nbgrader course folder")
-    assignments: tuple = setting((), "grade only this assignment (repeatable; default: all in "
-                                     "source/)", flag="--assignment", repeat=True)
-    workers: int = setting(1, "submissions graded at once (on a GPU box: one per GPU)")
+    course: str = setting(".", "the nbgrader course folder", make="COURSE")
+    assignments: tuple = setting((), "grade only this assignment (default: every folder of "
+                                     "source/); repeatable", flag="--assignment", repeat=True,
+                                 make="ASSIGNMENT")
+    workers: int = setting(1, "submissions graded at once (on a GPU box: one per GPU)",
+                           make="WORKERS", minimum=1)
     timeout_s: float = setting(20 * 60.0, "seconds allowed per submission before it is stopped "
-                                          "and scored 0", flag="--timeout")
-    memory_gb: float = setting(10.0, "address-space limit per submission process on CPU, in GiB")
+                                          "and scored 0", flag="--timeout", make="TIMEOUT",
+                               minimum=1)
+    memory_gb: float = setting(10.0, "address-space limit per submission process on CPU, in GiB",
+                               make="MEMORY_GB", minimum=1)
     cell_timeout_s: int = setting(600, "seconds allowed per notebook cell (nbgrader's "
                                        "Execute.timeout; compiling makes a first call slow)",
-                                  flag="--cell-timeout")
+                                  flag="--cell-timeout", make="CELL_TIMEOUT", minimum=1)
     sandbox: str = setting("auto", "isolate learner code with bubblewrap, tried for real first. "
                                    "auto and bwrap: where it cannot run, real submissions are not "
                                    "graded (the demo cohort runs without it under auto); off: no "
                                    "sandbox (learner code can read this machine's files)",
-                           choices=("auto", "bwrap", "off"))
+                           choices=("auto", "bwrap", "off"), make="SANDBOX")
     roster: str = setting("", "Canvas's gradebook export (Grades > Export), for names, sections "
                               "and assignment ids in reports/canvas.csv (default: "
-                              f"{files.ROSTER} in the course folder, when there is one)")
+                              f"{files.ROSTER} in the course folder, when there is one)",
+                          make="ROSTER", existing_file=True)
     canvas_assignments: str = setting("", "CSV nbgrader,canvas mapping nbgrader's assignment "
                                           "names to Canvas's (default: "
                                           f"{files.ASSIGNMENT_MAP} in the course folder, when "
-                                          "there is one)")
+                                          "there is one)", make="CANVAS_ASSIGNMENTS",
+                                      existing_file=True)
     canvas_per_question: bool = setting(False, "add a read-only column per graded cell to "
-                                               "reports/canvas.csv")
+                                               "reports/canvas.csv", make="CANVAS_PER_QUESTION")
     executor: str = setting("local", "local: --workers submissions at once on this machine; ray: "
                                      "each submission a Ray task (one CPU, and one whole GPU on "
                                      "GPU nodes), on --ray-address or a local Ray instance",
-                            choices=("local", "ray"))
+                            choices=("local", "ray"), make="EXECUTOR")
     ray_address: str = setting("", "a running Ray cluster (ray start --head prints it; default: "
-                                   "the RAY_ADDRESS variable, else a local instance is started)")
-    demo_students: str = setting("", "when submitted/ is empty: grade only these demo students "
-                                     "(comma-separated, e.g. ada_full,fay_crash), or all of them "
-                                     "(all); default: all 8 in ps1, four in each other set")
+                                   "the RAY_ADDRESS variable, else a local instance is started)",
+                               make="RAY_ADDRESS")
+    demo_students: str = setting("", "when submitted/ and downloads/ hold no files: grade only "
+                                     "these demo students (comma-separated, e.g. "
+                                     "ada_full,fay_crash), or all of them (all); default: all 8 "
+                                     "in ps1, four in each other set", make="DEMO")
     regrade: bool = setting(False, "grade every submission again, even those already graded and "
                                    "unchanged (e.g. after fixing a test); grades are replaced, "
-                                   "not added")
+                                   "not added", make="REGRADE")
 
     @property
     def memory_bytes(self) -> int:
@@ -87,11 +99,16 @@ class GradeSettings:
 DEFAULTS = GradeSettings()
 
 
+def option_name(field: dataclasses.Field) -> str:
+    """The command-line option of a :class:`GradeSettings` field (``--workers``)."""
+    return field.metadata["flag"] or "--" + field.name.replace("_", "-")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One option per field of :class:`GradeSettings`, with its default and help."""
     for field in dataclasses.fields(GradeSettings):
         meta = field.metadata
-        flag = meta["flag"] or "--" + field.name.replace("_", "-")
+        flag = option_name(field)
         if meta["repeat"]:
             parser.add_argument(flag, dest=field.name, action="append", default=None,
                                 help=meta["help"])
@@ -108,3 +125,44 @@ def from_arguments(args: argparse.Namespace) -> GradeSettings:
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(GradeSettings)}
     values["assignments"] = tuple(values["assignments"] or ())
     return GradeSettings(**values)
+
+
+def problems(settings: GradeSettings) -> list[str]:
+    """What is wrong with ``settings``, one line each, naming the ``make grade`` variable and
+    the option (empty when nothing is): a number below its minimum, a file that does not exist,
+    a Ray address for the local executor."""
+    out = []
+    for field in dataclasses.fields(GradeSettings):
+        meta, value = field.metadata, getattr(settings, field.name)
+        name = f"{meta['make']} ({option_name(field)})"
+        if meta["minimum"] is not None and not value >= meta["minimum"]:
+            out.append(f"{name} must be at least {meta['minimum']:g}, not {value:g}: {meta['help']}")
+        if meta["existing_file"] and value and not os.path.isfile(value):
+            out.append(f"{name}: no such file: {value}")
+    if settings.ray_address and settings.executor != "ray":
+        out.append(f"RAY_ADDRESS (--ray-address) is {settings.ray_address} but EXECUTOR "
+                   f"(--executor) is {settings.executor}: add EXECUTOR=ray to grade on that "
+                   f"cluster, or leave RAY_ADDRESS empty to grade on this machine")
+    return out
+
+
+def make_help(width: int = 100) -> str:
+    """The ``make grade`` variables, each as ``VARIABLE=default`` with its help: what ``make
+    help`` prints (read from :class:`GradeSettings`, so it cannot disagree with the options)."""
+    import textwrap
+
+    lines = []
+    for field in dataclasses.fields(GradeSettings):
+        meta, default = field.metadata, field.default
+        if isinstance(default, bool):
+            shown, text = "", "(any value: yes) " + meta["help"]
+        else:
+            shown = f"{default:g}" if isinstance(default, (int, float)) else str(default or "")
+            text = meta["help"] + (f"; several: {meta['make']}=\"ps1 ps2\"" if meta["repeat"] else "")
+        lines += textwrap.wrap(text, width, initial_indent=f"  {meta['make']}={shown}".ljust(26),
+                               subsequent_indent=" " * 26, break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":   # `make help`, with any Python 3 (nothing here needs the venv)
+    print(make_help())
