@@ -10,6 +10,11 @@ export PATH := $(BIN):$(PATH)
 # torch and torchvision pinned to releases that install without a network download here;
 # override e.g. `make setup TORCH_PINS="torch==2.6.0 torchvision==0.21.0"`.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+# TORCH_INDEX: where pip takes torch and torchvision from, only them (the grading image,
+# deploy/Dockerfile, takes PyTorch's CPU builds); SETUP_EXTRAS: the package's extras to install
+# (the image: course,cluster, Ray's dashboard agent that KubeRay's health checks call).
+TORCH_INDEX ?=
+SETUP_EXTRAS ?= course,dev
 # System packages are installed only when asked for (as root, or through passwordless sudo;
 # otherwise the exact command is printed): `make setup-sandbox` installs bubblewrap, the sandbox
 # for learner code during grading; `make setup-browser` installs chromium, for the browser tests.
@@ -52,8 +57,8 @@ setup: $(STAMP) $(addprefix setup-,$(WITH))
 $(STAMP): pyproject.toml
 	grader/tools/make-venv $(PYTHON_SYS) $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PINS)
-	$(PY) -m pip install -q -e '.[course,dev]'
+	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PINS)
+	$(PY) -m pip install -q -e '.[$(SETUP_EXTRAS)]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null
 	$(BIN)/jupyter labextension list 2>&1 | grep -q '@jupyter/nbgrader.*enabled' || { echo "make setup: nbgrader's JupyterLab extension (@jupyter/nbgrader) is not enabled"; exit 1; }

@@ -22,8 +22,9 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject():
 
     project = _pyproject()["project"]
     wanted = set(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        wanted |= set(extra)
+    for name, extra in project["optional-dependencies"].items():
+        if name != "cluster":   # only the grading image installs it (deploy/Dockerfile)
+            wanted |= set(extra)
     env = yaml.safe_load(open(os.path.join(ROOT, "environment.yml")))
     pip_block = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     listed = {item for item in pip_block if not item.startswith("-e")}

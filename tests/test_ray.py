@@ -154,6 +154,13 @@ def test_every_node_is_checked_and_make_grade_runs_through_ray_client(tmp_path):
     cluster.add_node(num_cpus=1, object_store_memory=150 * 1024 ** 2)
     cluster.wait_for_nodes()
     try:
+        # Each port given in the other form: which one it is, and the form to use.
+        assert distributed.probe_address(f"ray://{cluster.address}").startswith(
+            f"RAY_ADDRESS=ray://{cluster.address} is the cluster's GCS port, not Ray Client's")
+        assert distributed.probe_address(f"127.0.0.1:{port}") == (
+            f"RAY_ADDRESS=127.0.0.1:{port} is Ray Client's port: use "
+            f"RAY_ADDRESS=ray://127.0.0.1:{port} (or, from a node of the cluster, the GCS port, "
+            f"HEAD:6379)")
         executor = distributed.RayExecutor(f"ray://127.0.0.1:{port}")
         try:
             mine = distributed.node_report()
@@ -230,9 +237,54 @@ def test_a_gcs_address_from_outside_the_cluster_fails_with_the_ray_client_hint(m
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", refuse)
+    monkeypatch.setattr(distributed, "probe_address", lambda address: None)  # a GCS answers
     with pytest.raises(RuntimeError, match=r"from any other machine connect through Ray Client: "
                                            r"RAY_ADDRESS=ray://HEAD:10001"):
-        distributed.RayExecutor("10.1.2.3:6379")
+        distributed.RayExecutor("127.0.0.1:6379")
+
+
+def test_an_address_where_ray_does_not_answer_is_refused_in_one_line_before_ray_init(
+        monkeypatch, tmp_path):
+    """Nothing listening, or something that is not Ray: one line saying so and what the address
+    should be, from the probe (seconds), never from ray.init (which keeps trying for minutes)."""
+    import socket
+
+    import pytest
+    import ray
+
+    def never(*args, **kwargs):
+        raise AssertionError("ray.init was called")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", never)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()                                   # nothing listens there now
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)                                 # accepts, says nothing: not Ray
+    try:
+        for address, says in [
+                (f"127.0.0.1:{port}", f"nothing answers at RAY_ADDRESS=127.0.0.1:{port} "
+                                      f"(Connection refused)"),
+                (f"ray://127.0.0.1:{port}", f"nothing answers at RAY_ADDRESS=ray://127.0.0.1:{port}"),
+                (f"127.0.0.1:{silent.getsockname()[1]}", "but it is not a Ray GCS"),
+                (f"ray://127.0.0.1:{silent.getsockname()[1]}", "but it is not Ray Client"),
+                ("head-6379", "is not HOST:PORT or ray://HOST:PORT")]:
+            with pytest.raises(RuntimeError) as err:
+                distributed.RayExecutor(address)
+            assert says in str(err.value) and "\n" not in str(err.value), str(err.value)
+            assert "ray://HEAD:10001 (Ray Client) from any other machine" in str(err.value)
+        # make grade says it before anything else, in one line.
+        from grader.cohort.grade import main
+
+        with pytest.raises(SystemExit) as stop:
+            main(["--course", REPO, "--executor", "ray", "--ray-address", f"127.0.0.1:{port}"])
+        assert str(stop.value.code).startswith("make grade: stopped before grading: nothing "
+                                               f"answers at RAY_ADDRESS=127.0.0.1:{port}")
+    finally:
+        silent.close()
 
 
 def test_a_ray_client_server_that_dies_starting_up_is_connected_to_again(monkeypatch):

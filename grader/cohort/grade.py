@@ -6,6 +6,7 @@ the gradebook, feedback, a grades CSV, Canvas's CSV and a report.
 A run is an ordered list of small steps (:data:`STEPS`), each reading and adding to one
 :class:`Run`; the order matters where noted. Each step hands its work to the module that does it:
 
+    connect_ray        grader.cohort.distributed (EXECUTOR=ray only: the cluster, every node checked)
     find_submissions   grader.cohort.collect (LMS downloads, submitted/); grader.cohort.demo when
                        submitted/ and downloads/ hold no file (graded in build/demo-course, saying so)
     choose_isolation   grader.isolation.sandbox (tried for real before anyone is graded)
@@ -243,11 +244,21 @@ def start_judges(run: Run) -> None:
         run.references_seconds += time.monotonic() - started
 
 
+def connect_ray(run: Run) -> None:
+    """``--executor ray``: join the cluster (or start a local Ray instance) and check every node
+    first, so that a wrong ``RAY_ADDRESS`` or a node that differs stops the run at once."""
+    if run.executor == "ray":
+        _ray(run)
+
+
 def _ray(run: Run):
     if run.ray is None:
         from grader.cohort.distributed import RayExecutor
 
-        run.ray = RayExecutor(run.ray_address or None)
+        try:
+            run.ray = RayExecutor(run.ray_address or None)
+        except RuntimeError as exc:   # the address, or the nodes: said in the message
+            raise SystemExit(f"make grade: stopped before grading: {exc}") from None
         run.log(run.ray.describe())
     return run.ray
 
@@ -377,6 +388,7 @@ def summarize(run: Run) -> None:
 
 
 STEPS = [
+    connect_ray,         # first: a wrong RAY_ADDRESS stops the run before anything is done
     find_submissions,
     choose_isolation,    # after find_submissions: the demo cohort may run without a sandbox
     prepare_gradebook,   # before autograding: hidden tests are restored from the gradebook
