@@ -125,8 +125,9 @@ grade: setup
 	$(PY) -m grader.cli grade $(if $(COURSE),--course $(COURSE)) $(foreach a,$(ASSIGNMENT),--assignment $(a)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB)) $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) $(if $(SANDBOX),--sandbox $(SANDBOX)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(CANVAS_ASSIGNMENTS),--canvas-assignments $(CANVAS_ASSIGNMENTS)) $(if $(CANVAS_PER_QUESTION),--canvas-per-question) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO)) $(if $(REGRADE),--regrade)
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
-# GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: Gradescope's
-# 600); run_autograder stops itself a minute before it and writes results.json.
+# GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: the one the
+# zip's README recommends for the set: 15 minutes for ps3, 10 for the others); run_autograder
+# stops itself a minute before it and writes results.json.
 GRADESCOPE_TIMEOUT ?=
 gradescope: setup
 	@test -n "$(ASSIGNMENT)" || { echo "usage: make gradescope ASSIGNMENT=ps2"; exit 2; }

@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-pins", default=None,
                    help="what the zip's setup.sh installs for torch (default: this environment's)")
     p.add_argument("--timeout-s", type=float, default=None,
-                   help="the assignment's time limit on Gradescope (default: Gradescope's, 600 s)")
+                   help="the assignment's time limit on Gradescope (default: the one the "
+                        "zip's README recommends for the set)")
     p.set_defaults(func=_gradescope)
     for verb, (module, text) in DELEGATED.items():
         # add_help=False: `VERB --help` reaches the module's own parser, which knows the options.

@@ -482,3 +482,25 @@ def test_the_zips_readme_says_which_settings_to_raise_from_the_measurements(auto
     assert "**CPU: 1 vCPU**" in readme
     assert f"Measured on {row['date']} with `{row['command']}`" in readme
     assert "stops itself after 540 s" in readme            # the deadline it was built with
+
+
+def test_every_zip_stops_itself_before_the_time_limit_its_readme_recommends(tmp_path):
+    """Built without GRADESCOPE_TIMEOUT, a set's zip is built for the limit its own README tells
+    the instructor to set (ps3: 15 minutes, not Gradescope's default 10), and stops itself a
+    minute before it; with GRADESCOPE_TIMEOUT, for that limit."""
+    import re
+
+    from grader.cohort.gradescope import DEADLINE_MARGIN_S, build_autograder
+
+    for assignment in ("ps2", "ps3"):
+        with zipfile.ZipFile(build_autograder(assignment, str(tmp_path / f"{assignment}.zip"),
+                                              torch_pins="torch==2.6.0")) as zf:
+            readme = zf.read("README.md").decode()
+            deadline = json.loads(zf.read("course/gradescope.json"))["deadline_s"]
+        minutes = int(re.search(r"\*\*Time limit: (\d+) minutes\.\*\*", readme).group(1))
+        assert deadline == minutes * 60 - DEADLINE_MARGIN_S, (assignment, minutes, deadline)
+        assert f"stops itself after {deadline:g} s" in readme
+    assert minutes == 15   # ps3
+    with zipfile.ZipFile(build_autograder("ps3", str(tmp_path / "ps3-20.zip"),
+                                          torch_pins="torch==2.6.0", timeout_s=1200)) as zf:
+        assert json.loads(zf.read("course/gradescope.json"))["deadline_s"] == 1140

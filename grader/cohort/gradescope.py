@@ -219,6 +219,15 @@ def recommended_settings(row: dict, assignment: str) -> dict:
             "hang_s": hang_bound_s(assignment)}
 
 
+def default_time_limit_s(assignment: str) -> float:
+    """The time limit a set's zip is built for unless told otherwise: the one its README tells
+    the instructor to set (:func:`recommended_settings`), else Gradescope's default; so the
+    README and the zip's own deadline agree."""
+    row = measured(assignment)
+    return recommended_settings(row, assignment)["timeout_min"] * 60.0 if row \
+        else float(GRADESCOPE_DEFAULT_TIMEOUT_S)
+
+
 def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
     """The zip's own README.md: what to upload, which of Gradescope's settings to raise and to
     what (from :func:`measured`), and how the autograder behaves."""
@@ -281,13 +290,15 @@ def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
 
 def build_autograder(assignment: str, out: str | None = None, course: str = COURSE_ROOT,
                      torch_pins: str | None = None,
-                     timeout_s: float = GRADESCOPE_DEFAULT_TIMEOUT_S) -> str:
+                     timeout_s: float | None = None) -> str:
     """Write the Gradescope autograder zip of ``assignment`` (default
     ``build/gradescope/ASSIGNMENT-autograder.zip`` in ``course``) and return its path.
 
     ``torch_pins``: what ``setup.sh`` installs for torch (default: this environment's torch and
     torchvision releases, :func:`installed_torch_pins`). ``timeout_s``: the assignment's time
-    limit on Gradescope; ``run_autograder`` stops itself ``DEADLINE_MARGIN_S`` before it. Raises
+    limit on Gradescope (default: the one the zip's README recommends,
+    :func:`default_time_limit_s`); ``run_autograder`` stops itself ``DEADLINE_MARGIN_S`` before
+    it. Raises
     ``FileNotFoundError`` when ``source/ASSIGNMENT/`` has no notebook."""
     folder = os.path.join(course, "source", assignment)
     if not os.path.isdir(folder) or not any(n.endswith(".ipynb") for n in os.listdir(folder)):
@@ -295,6 +306,7 @@ def build_autograder(assignment: str, out: str | None = None, course: str = COUR
     from grader.problems import test_cells
 
     test_cells(assignment)   # raises for a problem set the grader does not know
+    timeout_s = default_time_limit_s(assignment) if timeout_s is None else timeout_s
     out = out or os.path.join(course, "build", "gradescope", f"{assignment}-autograder.zip")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     config = {"assignment": assignment, "deadline_s": max(timeout_s - DEADLINE_MARGIN_S, 0)}
@@ -582,10 +594,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--torch-pins", default=None,
                    help="what setup.sh installs for torch (default: this environment's releases)")
-    p.add_argument("--timeout-s", type=float, default=GRADESCOPE_DEFAULT_TIMEOUT_S,
-                   help="the assignment's time limit on Gradescope (default: Gradescope's, "
-                        f"{GRADESCOPE_DEFAULT_TIMEOUT_S} s); run_autograder stops itself "
-                        f"{DEADLINE_MARGIN_S} s before it and writes results.json")
+    p.add_argument("--timeout-s", type=float, default=None,
+                   help="the assignment's time limit on Gradescope (default: the one the zip's "
+                        "README recommends for the set, from its measured figures; Gradescope's "
+                        f"{GRADESCOPE_DEFAULT_TIMEOUT_S} s for a set not measured); "
+                        f"run_autograder stops itself {DEADLINE_MARGIN_S} s before it and writes "
+                        "results.json")
     p = sub.add_parser("run", help="grade ROOT/submission/ into ROOT/results/results.json")
     p.add_argument("--root", default=None, help=f"default: ${ROOT_ENV} or {DEFAULT_ROOT}")
     p.add_argument("--assignment", default=None)
