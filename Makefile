@@ -46,8 +46,8 @@ help:
 	@echo "make grade VARIABLE=value ...  (the default after each =; declared in grader/cohort/settings.py):"
 	@$(PYTHON_SYS) -B -m grader.cohort.settings
 	@echo
-	@echo "The course and who does what: README.md; the details (grading, Gradescope, Canvas,"
-	@echo "JupyterHub, Ray and Kubernetes, trust, versions): docs/."
+	@echo "The course and who does what: README.md. The rest (grading, Gradescope, Canvas, JupyterHub,"
+	@echo "Ray and Kubernetes, trust, versions): docs/README.md lists the pages."
 
 setup: $(STAMP) $(addprefix setup-,$(WITH))
 
