@@ -32,6 +32,10 @@ runs the notebook (for the feedback) in a temporary course copy, with the kernel
 that runs learner code — in the sandbox (:mod:`grader.cohort.kernel`), and its
 ``ApplyJudgedScores`` step puts the judged points on the test cells. Learner code sees
 neither the course nor the gradebook nor ``source/``.
+
+Why one module (~460 lines): it is the run itself, its steps in the order they run, each handing
+its work to another module; split, a reader would follow one run across files to see what
+happens before what.
 """
 from __future__ import annotations
 
