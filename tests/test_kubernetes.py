@@ -79,9 +79,9 @@ def test_the_head_has_resources_and_grades_nothing_and_serves_ray_client(spec):
     assert container["resources"]["requests"] == container["resources"]["limits"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
-    from grader.cohort import distributed
+    from grader.cohort import ray_address
 
-    assert ports["client"] == distributed.RAY_CLIENT_PORT
+    assert ports["client"] == ray_address.RAY_CLIENT_PORT
 
 
 def test_every_pod_has_shared_memory_the_sandbox_and_one_image(spec):

@@ -12,7 +12,7 @@ import time
 
 from ray.cluster_utils import Cluster
 
-from grader.cohort import distributed
+from grader.cohort import distributed, ray_address
 from grader.isolation import sandbox
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
@@ -155,9 +155,9 @@ def test_every_node_is_checked_and_make_grade_runs_through_ray_client(tmp_path):
     cluster.wait_for_nodes()
     try:
         # Each port given in the other form: which one it is, and the form to use.
-        assert distributed.probe_address(f"ray://{cluster.address}").startswith(
+        assert ray_address.probe_address(f"ray://{cluster.address}").startswith(
             f"RAY_ADDRESS=ray://{cluster.address} is the cluster's GCS port, not Ray Client's")
-        assert distributed.probe_address(f"127.0.0.1:{port}") == (
+        assert ray_address.probe_address(f"127.0.0.1:{port}") == (
             f"RAY_ADDRESS=127.0.0.1:{port} is Ray Client's port: use "
             f"RAY_ADDRESS=ray://127.0.0.1:{port} (or, from a node of the cluster, the GCS port, "
             f"HEAD:6379)")
@@ -237,7 +237,7 @@ def test_a_gcs_address_from_outside_the_cluster_fails_with_the_ray_client_hint(m
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", refuse)
-    monkeypatch.setattr(distributed, "probe_address", lambda address: None)  # a GCS answers
+    monkeypatch.setattr(ray_address, "probe_address", lambda address: None)  # a GCS answers
     with pytest.raises(RuntimeError, match=r"from any other machine connect through Ray Client: "
                                            r"RAY_ADDRESS=ray://HEAD:10001"):
         distributed.RayExecutor("127.0.0.1:6379")
