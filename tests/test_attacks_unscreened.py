@@ -61,8 +61,9 @@ class _Other(torch.nn.Module):
         return args[0].float() * 0.0
 
 def _lie(header, blob):
-    if "compiles" in header:                       # "I compiled once"
-        header = {{**header, "compiles": 1, "hit_limit": False}}
+    if "compiles" in header:                       # "I compiled once, nothing raised"
+        header = {{**header, "compiles": 1, "hit_limit": False, "failed_call": None,
+                   "failure": ""}}
     if "breaks" in header:                         # "no break anywhere"
         header = {{**header, "breaks": [], "graph_count": 1}}
     if "error" in header and "graph_count" in header:   # Dynamo refused: send another function
@@ -91,7 +92,43 @@ FORGE_COUNT = """
 import grader.isolation.channel as channel
 _write = channel.write_message
 channel.write_message = lambda fd, header, blob=b"": _write(
-    fd, {**header, "compiles": 1, "hit_limit": False} if "compiles" in header else header, blob)
+    fd, {**header, "compiles": 1, "hit_limit": False, "failed_call": None, "failure": ""}
+    if "compiles" in header else header, blob)
+"""
+
+# ps1: the given model answers every call (right on both sides of the `if`); the graph it ships
+# is a one-sided rewrite's (one graph, fast, right only on inputs with a positive mean); and it
+# claims that the calls as used compiled once and never raised.
+ONE_SIDED_GRAPH = """
+import grader.checks.graph_artifact as ga
+import grader.isolation.channel as channel
+
+class _OneSided(Original):
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x)) * 1.5
+        scale = h.abs().max()
+        h = h / (scale + 1e-6)
+        pos = h > 0
+        pos_mean = torch.where(pos, h, 0.0).sum() / pos.sum()
+        h = torch.sin(h - pos_mean) * torch.cos(h + pos_mean)
+        return torch.tanh(self.fc2(h).exp())
+
+_one_sided, _real_capture = _OneSided().eval(), ga.capture
+
+def _capture(fn, args, *, model, dynamic=None):
+    def call(*a):
+        with torch.no_grad():
+            return _one_sided(*a)
+    return _real_capture(call, args, model=_one_sided, dynamic=dynamic)
+
+ga.capture = _capture
+_write = channel.write_message
+channel.write_message = lambda fd, header, blob=b"": _write(
+    fd, {**header, "compiles": 1, "hit_limit": False, "failed_call": None, "failure": "",
+         "calls": 201} if "compiles" in header else header, blob)
+
+class FixedModel(Original):
+    pass
 """
 
 # problem keys graded together, the solution cell, the honest model (a demo persona), checks
@@ -163,3 +200,69 @@ def test_what_a_forged_compile_count_can_still_reach(judge):
                       checks={"ps5.q1": ["correctness", "recompiles"]}, screen=False)
         result = judge.grade(job)["results"]["ps5.q1"]
         assert result["checks"]["recompiles"]["ok"] is expected, result["checks"]["recompiles"]
+
+
+def test_a_graph_right_only_where_it_is_checked_earns_nothing(judge):
+    """The judge runs the graph the subject shipped on every class of inputs the problem tests
+    (here both sides of ps1's `if`), not only on the first: the subject's eager answers (the given
+    model's, right everywhere) earn only what eager answers earn, which is nothing."""
+    job = job_for(["ps1.q1"], [Cell("cell 7", ONE_SIDED_GRAPH)], course_root=ROOT,
+                  timeout_s=240, checks={"ps1.q1": ["correctness", "fullgraph", "breaks"]},
+                  screen=False)
+    result = judge.grade(job)["results"]["ps1.q1"]
+    checks = result["checks"]
+    assert checks["correctness"]["ok"], checks["correctness"]["message"]
+    for name in ("fullgraph", "breaks"):
+        assert not checks[name]["ok"], checks[name]["message"]
+        assert "on inputs with a negative mean" in checks[name]["message"], checks[name]["message"]
+
+
+# The graph a subject ships, made bigger than the problem needs in two ways: 19,950 more
+# operators (under the wire format's own MAX_NODES), or eight 512 MiB tensors alive at once.
+SWOLLEN_GRAPH = """
+import grader.isolation.channel as channel
+_write = channel.write_message
+
+def _swell(header):
+    graph = json.loads(json.dumps(header["graph"]))
+    nodes, last = graph["nodes"], graph["graph_outputs"][0]
+    if {how!r} == "nodes":
+        for i in range(19_950):
+            nodes.append({{"op": "call_function", "name": f"x{{i}}", "target": "aten.add.Tensor",
+                          "args": [last, last], "kwargs": {{}}}})
+            last = {{"n": f"x{{i}}"}}
+        graph["graph_outputs"].append(last)
+    else:
+        for i in range(8):
+            nodes.append({{"op": "call_function", "name": f"x{{i}}", "target": "aten.full.default",
+                          "args": [[134_217_000], 1.0], "kwargs": {{"dtype": {{"dtype": "float32"}}}}}})
+            graph["graph_outputs"].append({{"n": f"x{{i}}"}})
+    return {{**header, "graph": graph}}
+
+import json
+channel.write_message = lambda fd, header, blob=b"": _write(
+    fd, _swell(header) if isinstance(header.get("graph"), dict) else header, blob)
+"""
+
+
+@pytest.mark.parametrize("how", ["nodes", "memory"])
+def test_a_graph_made_to_hold_the_judge_is_refused_in_seconds(judge, how):
+    """The judge bounds its own work on learner data by the problem's reference (operators and
+    bytes held at once, from the fake run): a swollen graph scores no structural point, with the
+    reason, in seconds; the next submission the same judge grades keeps its exact verdicts."""
+    import time
+
+    honest = PERSONAS["ps1"]["slow"]["ps1-q1-solution"]     # one graph, correct
+    checks = {"ps1.q1": ["correctness", "fullgraph", "breaks"]}
+    started = time.monotonic()
+    job = job_for(["ps1.q1"], [Cell("cell 7", SWOLLEN_GRAPH.format(how=how) + honest)],
+                  course_root=ROOT, timeout_s=240, checks=checks, screen=False)
+    result = judge.grade(job)["results"]["ps1.q1"]
+    message = result["checks"]["fullgraph"]["message"]
+    assert not result["checks"]["fullgraph"]["ok"] and "will not compile or run it" in message
+    assert ("operators, more than" if how == "nodes" else "MiB at once") in message, message
+    assert time.monotonic() - started < 120, "refused, but not in seconds"
+    after = judge.grade(job_for(["ps1.q1"], [Cell("cell 7", honest)], course_root=ROOT,
+                                timeout_s=240, checks=checks))["results"]["ps1.q1"]
+    assert all(c["ok"] for c in after["checks"].values()), after["checks"]
+

@@ -147,8 +147,8 @@ def test_wrong_outputs_fail_correctness_are_not_timed_and_earn_no_structural_poi
     assert not ev.ok("correctness")
     assert "differs from the reference" in ev.message("correctness")
     assert not ev.ok("fullgraph") and not ev.ok("breaks")  # one graph, but of the wrong thing
-    assert "does not compute what the original computes" in ev.message("fullgraph")
-    assert ev.verdict("speed") == "fail" and "outputs are wrong" in ev.message("speed")
+    assert "see the correctness check" in ev.message("fullgraph")   # the gate, named
+    assert ev.verdict("speed") == "fail" and "see the correctness check" in ev.message("speed")
     assert ev.points("speed", 3) == 0.0
 
 
@@ -290,3 +290,55 @@ def test_evaluate_writes_nothing_to_stderr(capfd):
     ev.require("correctness")
     ev.require("fullgraph")
     assert capfd.readouterr().err == ""
+
+
+def _judged(key: str, source: str, checks: tuple) -> dict:
+    job = job_for([key], [Cell("cell 5", textwrap.dedent(source))],
+                  problem_module="fixture_problems", course_root=TESTS_DIR, timeout_s=120,
+                  checks={key: list(checks)}, screen=False)
+    return Judge().grade(job)["results"][key]
+
+
+def test_a_grader_failure_is_the_graders_and_a_learner_crash_is_the_learners():
+    """Told apart by where it happened: an exception raised in the grader's own code in the
+    subject (no learner cell on its way) is a grader error, flagged for a person with its
+    traceback, never "your code crashed"; the learner's own exception stays the learner's."""
+    from grader.isolation.check import Evaluation, score_cell
+    from grader.problems import TestCell, get_problem
+
+    broken = _judged("fx.grader_bug", GOOD, ("correctness", "fullgraph"))
+    assert broken["status"] == "grader_error", broken
+    assert "not a verdict on your code" in broken["message"]
+    assert "crash" not in broken["message"] and "your code raised" not in broken["message"]
+    assert "a bug in the grader's own code" in broken["traceback"]     # the instructor's log
+    cell = TestCell("fx-grader-bug-fullgraph", 3, requires=(("fx.grader_bug", "fullgraph"),))
+    score = score_cell(cell, {"fx.grader_bug": Evaluation(get_problem(
+        "fx.grader_bug", "fixture_problems"), broken)})
+    assert score.review and score.points == 0 and "[REVIEW]" in score.text  # for a person
+
+    raising = GOOD.replace("m = y.abs().max()", "m = y.abs().max()\n        raise ValueError('mine')")
+    learner = _judged("fx.q1", raising, ("correctness", "fullgraph"))
+    assert learner["status"] == "ok", learner
+    message = learner["checks"]["correctness"]["message"]
+    assert "ValueError: mine" in message and "cell 5" in message, message
+    assert "grader" not in learner["checks"]["fullgraph"]["message"].split("(")[0]
+
+
+
+def test_the_judges_own_work_on_a_graph_has_a_time_limit(monkeypatch):
+    """Past its time limit the judge stops checking the learner's graph: no structural point,
+    the reason said, the correctness verdict kept; and the judge process serves no further job
+    (torch may have been stopped half way), so the next submission gets a fresh one."""
+    from grader.isolation import judge as judge_module
+
+    monkeypatch.setattr(judge_module, "_work_limit_s", lambda problem, side: 0.05)
+    the_judge = Judge()
+    job = job_for(["fx.q1"], [Cell("cell 5", GOOD)], problem_module="fixture_problems",
+                  course_root=TESTS_DIR, timeout_s=120,
+                  checks={"fx.q1": ["correctness", "fullgraph", "speed"]})
+    result = the_judge.grade(job)["results"]["fx.q1"]
+    assert result["checks"]["correctness"]["ok"]
+    for name in ("fullgraph", "speed"):
+        assert not result["checks"][name]["ok"]
+        assert "stopped checking the graph" in result["checks"][name]["message"]
+    assert the_judge.tainted

@@ -82,6 +82,12 @@ def recompile_limit_name() -> str:
     return "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
 
 
+def is_recompile_limit_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is what ``fullgraph=True`` raises when Dynamo hits its recompile limit
+    (``torch._dynamo.exc.FailOnRecompileLimitHit``; ``FailOnCacheLimitHit`` in older releases)."""
+    return type(exc).__name__ in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+
+
 def recompile_limit() -> int:
     cfg = torch._dynamo.config
     return int(getattr(cfg, "recompile_limit", getattr(cfg, "cache_size_limit", 8)))
@@ -595,13 +601,34 @@ class DataDependent(Exception):
     """A graph's shapes or control depend on tensor values (a host sync, a data-dependent shape)."""
 
 
-def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> None:
+def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> int:
     """Run ``gm`` on fake copies of ``args`` (no real memory, no real work): raises
     :class:`DataDependent` when a node needs tensor values to know its output (``.item()``,
     ``nonzero``, a boolean mask: anything the grader's definition of one graph refuses), and
-    ``ValueError`` when a node would make a tensor of more than ``max_elements`` elements."""
+    ``ValueError`` when a node would make a tensor of more than ``max_elements`` elements.
+
+    Returns the most bytes the graph's own tensors hold at once (each node's outputs live from
+    the node until its last user has run; views counted as copies, so an upper bound): what a
+    real run would need beyond its inputs and weights."""
     from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                                DynamicOutputShapeException, FakeTensorMode)
+
+    last_use: dict = {}
+    for node in gm.graph.nodes:
+        for used in node.all_input_nodes:
+            last_use[used] = node
+    freed_after: dict = {}
+    for used, node in last_use.items():
+        freed_after.setdefault(node, []).append(used)
+
+    def nbytes(value) -> int:
+        if isinstance(value, torch.Tensor):
+            return int(value.numel()) * value.element_size()
+        if isinstance(value, (tuple, list)):
+            return sum(nbytes(v) for v in value)
+        return 0
+
+    held = {"live": 0, "peak": 0, "sizes": {}}
 
     class Checked(torch.fx.Interpreter):
         def run_node(self, n):
@@ -609,6 +636,13 @@ def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> None
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(t, torch.Tensor) and t.numel() > max_elements:
                     raise ValueError(f"node {n.name} makes a tensor of {t.numel()} elements")
+            if n.op not in ("placeholder", "output"):
+                size = nbytes(out)
+                held["sizes"][n] = size
+                held["live"] += size
+                held["peak"] = max(held["peak"], held["live"])
+            for done in freed_after.get(n, ()):
+                held["live"] -= held["sizes"].pop(done, 0)
             return out
 
     mode = FakeTensorMode(allow_non_fake_inputs=False)
@@ -616,6 +650,7 @@ def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> None
         fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
         try:
             Checked(gm).run(*fake)
+            return held["peak"]
         except (DataDependentOutputException, DynamicOutputShapeException) as exc:
             raise DataDependent(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         except Exception as exc:

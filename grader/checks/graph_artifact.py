@@ -572,10 +572,11 @@ def _load(header: dict, blob: bytes, baseline: torch.nn.Module, device: torch.de
                        extra, tuple(operators))
 
 
-def check_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> None:
+def check_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> int:
     """Run the graph on fake copies of what ``model`` would give it for ``inputs``:
     :class:`GraphRefused` when a node needs tensor values to know its output (a host sync, a
-    data-dependent shape) or would make a tensor beyond :data:`MAX_ELEMENTS`."""
+    data-dependent shape) or would make a tensor beyond :data:`MAX_ELEMENTS`. Returns the most
+    bytes its own tensors hold at once (:func:`grader.checks._torch_internals.fake_run`)."""
     values = []
     for kind, ref in model._plan:
         if kind == "attr":
@@ -590,7 +591,7 @@ def check_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> None:
         else:
             values.append(ref)
     try:
-        ti.fake_run(loaded.graph, values, max_elements=MAX_ELEMENTS)
+        return ti.fake_run(loaded.graph, values, max_elements=MAX_ELEMENTS)
     except ti.DataDependent as exc:
         raise GraphRefused(f"a node needs tensor values to know its output (a host sync or a "
                            f"data-dependent shape, which one graph as the grader defines it "

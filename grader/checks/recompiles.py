@@ -35,15 +35,20 @@ def _first_line(text: str) -> str:
     return re.split(r"\s{2,}#|\s+# ", line, maxsplit=1)[0].strip()
 
 
-def explain_guard_failure(message: str) -> str:
-    """A failed Dynamo guard in plain words (one line), with what to do about it."""
+def explain_guard_failure(message: str, give_fix: bool = True) -> str:
+    """A failed Dynamo guard in plain words (one line), with what to do about it.
+    ``give_fix=False``: the direction only, not the API call that fixes it (a graded problem's
+    feedback: the fix is the lesson)."""
     text = re.sub(r"^\d+/\d+: ", "", message.strip())
     if m := _SIZE.search(text):
         name = _short(m["name"])
-        return (f"dimension {m['dim']} of `{name}` changed from {m['old']} to "
-                f"{m['new']}; the graph was specialised to the old size. Compile with "
-                f"`dynamic=True` or call `torch._dynamo.mark_dynamic({name}, {m['dim']})` on the "
-                f"input")
+        head = (f"dimension {m['dim']} of `{name}` changed from {m['old']} to {m['new']}; the "
+                f"graph was specialised to the old size.")
+        if not give_fix:
+            return (f"{head} Tell torch.compile which sizes vary from call to call (chapter 6, "
+                    f"dynamic shapes)")
+        return (f"{head} Compile with `dynamic=True` or call "
+                f"`torch._dynamo.mark_dynamic({name}, {m['dim']})` on the input")
     if m := _DTYPE.search(text):
         return (f"the dtype of `{_short(m['name'])}` changed from {m['old']} to {m['new']}; "
                 f"every dtype needs its own graph: cast inputs to one dtype before the call")
@@ -89,6 +94,8 @@ class RecompileReport:
     hit_limit: bool
     max_compiles: int
     recompile_limit: int = dataclasses.field(default_factory=ti.recompile_limit)
+    failed_call: int | None = None   # with fullgraph=True: the call (from 0) that raised
+    failure: str = ""                # ... and why
 
     @property
     def recompiles(self) -> int:
@@ -96,15 +103,22 @@ class RecompileReport:
 
     @property
     def ok(self) -> bool:
-        return self.compiles <= self.max_compiles and not self.hit_limit
+        return self.compiles <= self.max_compiles and not self.hit_limit \
+            and self.failed_call is None
 
     def __str__(self) -> str:
         head = (f"{self.compiles} compilation{'s' * (self.compiles != 1)} over {self.calls} calls "
                 f"(allowed: {self.max_compiles})")
         lines = [head]
+        if self.failed_call is not None and not self.hit_limit:
+            lines.append(f"- call {self.failed_call + 1} raised: {self.failure}")
         for call, reason in zip(self.compiling_calls[1:], self.reasons):
             lines.append(f"- call {call + 1} recompiled: {reason}")
-        if self.hit_limit:
+        if self.hit_limit and self.failed_call is not None:
+            lines.append(f"- the recompile limit ({self.recompile_limit}) was reached at call "
+                         f"{self.failed_call + 1}: with fullgraph=True that raises (without it, "
+                         f"Dynamo would silently run the function eagerly from there on)")
+        elif self.hit_limit:
             lines.append(f"- the recompile limit ({self.recompile_limit}) was reached: past it "
                          f"Dynamo silently runs the function eagerly")
         return "\n".join(lines)
@@ -121,7 +135,8 @@ def _code_of(fn: Callable):
 
 
 def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | None = None,
-                    max_compiles: int = 1, backend: str = "eager") -> RecompileReport:
+                    max_compiles: int = 1, backend: str = "eager", fullgraph: bool = False,
+                    give_fix: bool = True) -> RecompileReport:
     """Call ``torch.compile(fn, dynamic=dynamic)`` on each tuple in ``inputs`` and count the
     compilations (one per call that made Dynamo compile a frame).
 
@@ -129,6 +144,10 @@ def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | No
     A fresh copy of ``fn`` is compiled (see :func:`grader.checks._torch_internals.fresh_copy`), so
     earlier compiles of ``fn`` neither hide compilations nor use up its recompile limit, and
     the check starts without what automatic dynamic shapes learnt from earlier calls.
+
+    ``fullgraph=True``: a graph break on any call raises there, as it would in use; the calls
+    stop, and the report says which call raised and why (``failed_call``, ``failure``); hitting
+    the recompile limit raises too (``hit_limit``). ``give_fix``: see :func:`explain_guard_failure`.
     """
     compiled_on: list[int] = []
     graphs_this_call = [0]
@@ -138,14 +157,24 @@ def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | No
         return gm.forward
 
     limit = ti.recompile_limit()
+    failed_call, failure, limit_raised = None, "", False
     with ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
             ti.capture_recompile_limit_hits() as hits:
         fresh = ti.fresh_copy(fn)
         code = _code_of(fresh)
-        opt = ti.compile_isolated(fresh, backend=counting_backend, dynamic=dynamic)
+        options = {"fullgraph": True} if fullgraph else {}
+        opt = ti.compile_isolated(fresh, backend=counting_backend, dynamic=dynamic, **options)
         for i, args in enumerate(inputs):
             graphs_this_call[0] = 0
-            opt(*args)
+            try:
+                opt(*args)
+            except Exception as exc:
+                if not fullgraph:
+                    raise
+                failed_call, limit_raised = i, ti.is_recompile_limit_error(exc)
+                lines = str(exc).strip().splitlines()
+                failure = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+                break
             if graphs_this_call[0]:
                 compiled_on.append(i)
     raw = ti.guard_failures_for(code, forget=True) if code is not None else []
@@ -155,7 +184,9 @@ def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | No
     if hits:
         limit = hits[0][1]
     return RecompileReport(
-        compiles=len(compiled_on), calls=len(inputs),
-        reasons=[explain_guard_failure(m) for m in firsts[: max(len(compiled_on) - 1, 0)]],
-        raw_reasons=raw, compiling_calls=compiled_on, hit_limit=bool(hits),
-        max_compiles=max_compiles, recompile_limit=limit)
+        compiles=len(compiled_on), calls=len(inputs) if failed_call is None else failed_call + 1,
+        reasons=[explain_guard_failure(m, give_fix)
+                 for m in firsts[: max(len(compiled_on) - 1, 0)]],
+        raw_reasons=raw, compiling_calls=compiled_on, hit_limit=bool(hits) or limit_raised,
+        max_compiles=max_compiles, recompile_limit=limit, failed_call=failed_call,
+        failure=failure)

@@ -1,4 +1,4 @@
-"""The bundled demo cohort: eight made-up students per problem set, one per way a submission can
+"""The bundled demo cohort: nine made-up students per problem set, one per way a submission can
 go, so a newcomer's ``make grade`` shows the whole flow (and a test checks every score).
 
 Submissions are built at grading time, on the instructor's side only, from the release notebook
@@ -25,6 +25,7 @@ PERSONAS = {
     "fay_crash": "the first solution cell exits the kernel (os._exit)",
     "gus_loop": "the first solution cell never finishes (infinite loop)",
     "hal_corrupt": "the .ipynb file is corrupted (truncated JSON)",
+    "ivy_given": "the given model unchanged (each solution class only subclasses it): earns 0",
 }
 EXPECTED_FILE = os.path.join(os.path.dirname(__file__), "demo_expected.json")
 DEMO_CELL_TIMEOUT_S = 60   # the endless loop costs this much; real cells finish well within it
@@ -90,6 +91,22 @@ def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, st
 DEMO_FILE = os.path.join("source", "demo_cohort.py")
 
 
+_STUB = re.compile(r"^([ \t]*)# YOUR CODE HERE[ \t]*\n[ \t]*raise NotImplementedError\(\)[ \t]*\n?",
+                   re.M)
+
+
+def _given_unchanged(release_nb):
+    """The release notebook with each code solution cell's stub replaced by ``pass``: every
+    class the learner is asked to write is the given one, unchanged."""
+    import copy
+
+    nb = copy.deepcopy(release_nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = _STUB.sub(lambda m: f"{m[1]}pass\n", cell.source)
+    return nb
+
+
 def demo_solutions(course: str) -> dict:
     """``{assignment: {persona: {grade_id: code}}}`` from the course's ``source/demo_cohort.py``."""
     import runpy
@@ -114,6 +131,7 @@ def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None 
         "fay_crash": _fill(release_nb, source_nb, code_ids,
                            {first: "import os\nos._exit(1)\n"}),
         "gus_loop": _fill(release_nb, source_nb, code_ids, {first: "while True:\n    pass\n"}),
+        "ivy_given": _given_unchanged(release_nb),
     }
     for persona, student in (("slow", "dee_slow"), ("wrong", "eve_wrong")):
         if persona in extra:

@@ -59,8 +59,11 @@ def collect(course: str, outcomes) -> dict:
                                    row.get("points")))
         judged = _judged(course, sub.student, sub.assignment)
         cells = judged.cell_scores() if judged else {}
-        d["review"] += [(sub.student, grade_id) for grade_id, c in sorted(cells.items())
-                        if c.review]
+        d["review"] += [(sub.student, grade_id, "the grader itself failed: its traceback is in "
+                         "the submission's judged results" if not c.passed and c.points == 0
+                         and "the grader itself failed" in c.failure else
+                         "an inconclusive speed verdict")
+                        for grade_id, c in sorted(cells.items()) if c.review]
         seen = set()
         for r in judged.problem_results() if judged else []:
             speed = r.checks.get("speed")
@@ -208,11 +211,12 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
                              f"{html.escape(str(k))}, grader {p:g}</li>"
                              for s, g, k, p in d["disagreed"]) + "</ul>")
         if d["review"]:
-            parts.append("<p>Flagged for review (an inconclusive speed verdict: the machine was "
-                         "too noisy to decide; scored 0 until a person looks, or a regrade on a "
-                         "quieter machine decides it):</p><ul>" + "".join(
-                             f"<li>{html.escape(s)}: {html.escape(g)}</li>" for s, g in d["review"])
-                         + "</ul>")
+            parts.append("<p>Flagged for review, scored 0 until a person looks (nbgrader: needs "
+                         "manual grade). An inconclusive speed verdict means the machine was too "
+                         "noisy to decide, and a regrade on a quieter machine usually decides "
+                         "it; a grader error is the grader's, never the student's:</p><ul>"
+                         + "".join(f"<li>{html.escape(s)}: {html.escape(g)} ({html.escape(why)})"
+                                   f"</li>" for s, g, why in d["review"]) + "</ul>")
         if d["not_graded"]:
             parts.append("<p>Not graded (scored 0):</p><ul>" + "".join(
                 f"<li>{html.escape(s)}: {html.escape(r)}</li>" for s, r in d["not_graded"]) + "</ul>")

@@ -24,7 +24,7 @@ from typing import Callable
 
 from grader.checks.results import ProblemResult, Status
 from grader.isolation.check import CellScore, score_cell
-from grader.problems import get_problem, public_names, test_cells
+from grader.problems import GRAPH_CHECKS, get_problem, public_names, test_cells
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solution_cells
 
 
@@ -132,7 +132,7 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     from grader.isolation import check
 
     keys = [k for k in problems_of(assignment)
-            if any(c in get_problem(k).checks for c in ("speed", "job"))]
+            if set(get_problem(k).checks) & {*GRAPH_CHECKS, "job"}]
     if not keys:
         return BuiltReferences()
     job = check.job_for(keys, [], course_root=course, device=device)

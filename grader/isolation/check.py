@@ -31,7 +31,7 @@ import json
 import os
 from typing import Iterable
 
-from grader.problems import Problem, TestCell, get_problem, public_names, test_cells
+from grader.problems import GRAPH_CHECKS, Problem, TestCell, get_problem, public_names, test_cells
 from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
 from grader.isolation.source import Cell, cells_defining, solution_cells
 from grader import _environment as environment
@@ -88,7 +88,8 @@ class Evaluation:
         out = self.outcome(name, part)
         text = out.message
         hint = self.problem.hints.get(name)
-        if not out.ok and hint and out.verdict != "inconclusive" and self.status == Status.OK:
+        if not out.ok and hint and out.verdict != "inconclusive" and self.status == Status.OK \
+                and not out.details.get("gated_by"):  # the gate's own check carries the hint
             text += f"\nhint: {hint}"
         return text
 
@@ -159,7 +160,8 @@ class CellScore:
     partial: bool            # the cell's value is its points (nbgrader partial credit)
     text: str                # every verdict the cell depends on, with messages and hints
     failure: str = ""        # why it earned nothing, when it did not pass outright
-    review: bool = False     # a verdict it depends on was inconclusive: for a person to look at
+    review: bool = False     # for a person to look at: an inconclusive verdict, or a grader error
+    passed: bool = True      # every check it requires passed (a 0-point gate cell says so too)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -169,6 +171,10 @@ class CellScore:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
 
+GRADER_FAILED_NOTE = ("the grader itself failed on a check this cell depends on: this is not a "
+                      "verdict on your code. It is flagged for your instructor (nbgrader: needs "
+                      "manual grade), who grades it by hand; it scores 0 of {max_points:g} until "
+                      "then")
 REVIEW_NOTE = ("the machine was too noisy to decide this verdict, even after the extra trials: "
                "it is flagged for the instructor (nbgrader: needs manual grade) and scores "
                "{points:g} of {max_points:g} until a person looks (a regrade on a quieter machine, "
@@ -188,6 +194,11 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         elif (key, name) not in shown:
             shown.add((key, name))
             lines.append(ev.line(name, part))
+    if any(evaluations[key].status == Status.GRADER_ERROR for key, _ in cell.checks):
+        note = GRADER_FAILED_NOTE.format(max_points=float(cell.points))
+        lines.append(f"[REVIEW] {note}")
+        return CellScore(cell.grade_id, 0.0, float(cell.points), cell.scored is not None,
+                         "\n".join(lines), note, review=True, passed=False)
     met, review = True, False
     for key, name in cell.requires:
         ev = evaluations[key]
@@ -216,8 +227,10 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         note = REVIEW_NOTE.format(points=points, max_points=float(cell.points))
         lines.append(f"[REVIEW] {note}")
         failure = failure or note
+    passed = met and (cell.scored is None or evaluations[cell.scored[0]].verdict(
+        cell.scored[1], cell.part) != "fail")
     return CellScore(cell.grade_id, points, float(cell.points), cell.scored is not None,
-                     "\n".join(lines), failure, review and met)
+                     "\n".join(lines), failure, review and met, passed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +305,8 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
     refs = {}
     for problem in problems:
         wanted = (checks or {}).get(problem.key, problem.checks)
-        if reference == "auto" and "speed" in problem.checks and "speed" in wanted:
+        # The reference times the speed check and sizes the judge's budget for a learner's graph.
+        if reference == "auto" and set(wanted) & set(GRAPH_CHECKS):
             cells = reference_cells(problem, course_root)
             if cells:
                 refs[problem.key] = [c.to_dict() for c in cells]
@@ -490,6 +504,6 @@ def run_test(grade_id: str, *objects, **options):
     print(score.text)
     if score.partial:
         return score.points
-    if score.points < score.max_points:
+    if score.points < score.max_points or not score.passed:  # a 0-point gate fails visibly too
         raise CheckFailed(score.failure or f"{grade_id} failed")
     return None

@@ -44,13 +44,16 @@ submission across several files to see what decided a point.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import traceback
 
@@ -65,12 +68,16 @@ from grader.isolation import channel, sandbox, static_check
 from grader.isolation.reference_side import (JobFigures, ReferenceSide, timed_version,
                                              traced_inputs)
 from grader.isolation.source import Cell
-from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, LearnerRaised, SubjectGone,
-                                              SubjectSession, learner_text)
+from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, GraderFailed, LearnerRaised,
+                                              SubjectGone, SubjectSession, learner_text)
 from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 
 DEFAULT_TIMEOUT_S = 300.0
 CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
+# What the learner reads when the grader itself failed (the traceback goes to the instructor).
+GRADER_FAILED = ("the grader itself failed while checking this problem ({what}): this is not a "
+                 "verdict on your code; it is flagged for your instructor, who will grade it "
+                 "by hand")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +98,9 @@ class Evidence:
     graph_count: int | None = None
     recompiles: dict | None = None
     plan: dict | None = None                # a planning question: {"sizes", "modes", "hidden"}
+    classes: dict = dataclasses.field(default_factory=dict)  # every input class: name -> inputs
+    class_graphs: dict = dataclasses.field(default_factory=dict)  # name -> graph or why not
+    traceback: str = ""                     # the grader's own failure, for the instructor
 
 
 @dataclasses.dataclass
@@ -103,6 +113,7 @@ class GraphCheck:
     operators: int = 0
     refused: bool = False
     general: str = ""       # why the graph does not serve every call the problem makes ('' : it does)
+    by_class: dict = dataclasses.field(default_factory=dict)  # input class -> the graph run there
 
     @property
     def headline(self) -> str:
@@ -119,6 +130,9 @@ class Judge:
 
     def __init__(self) -> None:
         self.sides: dict[tuple, ReferenceSide] = {}
+        # Set when a job overran the judge's own time limit: torch may have been stopped half
+        # way, so the process serves no further job (JudgeProcess starts a fresh one).
+        self.tainted = False
 
     def side(self, problem: Problem, reference_cells: list[Cell] | None, device: str,
              problem_module: str | None, measured_jobs: dict | None = None) -> ReferenceSide:
@@ -164,7 +178,8 @@ class Judge:
         if device == "cpu":
             torch.set_num_threads(1)  # one thread per timed CPU measurement (docs/design.md)
         problems = {k: get_problem(k, module) for k in job["problems"]}
-        wanted = {k: [c for c in p.checks if c in (job.get("checks") or {}).get(k, p.checks)]
+        wanted = {k: _with_the_gate(p, [c for c in p.checks
+                                        if c in (job.get("checks") or {}).get(k, p.checks)])
                   for k, p in problems.items()}
         learner_cells = [Cell.from_dict(c) for c in job["learner_cells"]]
         refs = {k: [Cell.from_dict(c) for c in cells]
@@ -200,6 +215,13 @@ class Judge:
             for k, r in results.items():
                 if evidence[k].status == "ok":
                     evidence[k].status, evidence[k].message = gone.status, gone.message
+        except GraderFailed as failed:
+            for k, r in results.items():
+                if evidence[k].status == "ok":
+                    evidence[k].status = Status.GRADER_ERROR
+                    evidence[k].message = GRADER_FAILED.format(
+                        what="in the grader's own code, in the process that ran yours")
+                    evidence[k].traceback = failed.traceback_text
         except OSError as exc:
             for r in results.values():
                 _stop(r, Status.GRADER_ERROR, f"could not start the process for your code: {exc}")
@@ -220,11 +242,27 @@ class Judge:
             if ev.status != "ok":
                 status = {"learner_error": Status.LEARNER_ERROR}.get(ev.status, ev.status)
                 _stop(result, status, ev.message)
+                if ev.traceback:
+                    result.extra["traceback"] = ev.traceback
                 continue
+            limit = _work_limit_s(problem, sides[key])
             try:
-                result.checks = self._decide(problem, sides[key], ev, wanted[key], device, job, lap)
+                with _time_limit(limit):
+                    result.checks = self._decide(problem, sides[key], ev, wanted[key], device,
+                                                 job, lap)
+            except JudgeOverrun:
+                # The learner's graph held the judge past what the problem needs: it scores
+                # nothing structural, with the reason; the next submission gets a fresh judge.
+                self.tainted = True
+                result.checks = {name: CheckOutcome(False, (
+                    f"not credited: the grader stopped checking the graph your code compiles to "
+                    f"after {limit:.0f} s, several times what this problem's reference needs"),
+                    "fail") for name in wanted[key] if name != "correctness"}
+                if ev.correctness is not None:
+                    result.checks = {"correctness": ev.correctness, **result.checks}
             except Exception as exc:  # the grader's own failure: reported, never a lost grade
-                _stop(result, Status.GRADER_ERROR, f"{type(exc).__name__}: {exc}")
+                _stop(result, Status.GRADER_ERROR,
+                      GRADER_FAILED.format(what=f"{type(exc).__name__} in the judge"))
                 result.extra["traceback"] = traceback.format_exc()
         return self._finish(results, phases)
 
@@ -264,44 +302,76 @@ class Judge:
                 self._ask_plan(subject, problem, sides[key], device, ev)
                 lap("plan")
                 continue
+            # Every class of inputs the problem tests, shapes drawn for this job only.
+            ev.classes = problem.input_classes(random.Random(correctness.fresh_seeds(1)[0]))
             if "correctness" in wanted[key]:
-                ev.correctness = self._correctness(subject, problem, sides[key], device)
+                ev.correctness = self._correctness(subject, problem, sides[key], device,
+                                                   ev.classes)
                 lap("correctness")
             if any(c in wanted[key] for c in CHECKS_NEEDING_A_GRAPH):
-                options = {**problem.learner_compile, **ev.choice}
-                inputs = traced_inputs(problem, device, correctness.fresh_seeds(1)[0])
-                packer = Packer()
-                header, blob = subject.request({"op": "capture", "problem": key,
-                                                "inputs": packer.value(inputs),
-                                                "dynamic": options.get("dynamic")}, packer.blob())
-                if isinstance(header.get("graph"), dict):
-                    ev.graph = (header["graph"], blob)
-                    if self._refused(problem, sides[key], ev, device):
-                        # Say where the breaks are, in the learner's lines (feedback only).
-                        report, _ = subject.request({"op": "breaks", "problem": key,
-                                                     "inputs": packer.value(inputs)},
-                                                    packer.blob())
-                        ev.breaks = report.get("breaks") if isinstance(report.get("breaks"),
-                                                                       list) else []
-                        count = report.get("graph_count")
-                        ev.graph_count = count if isinstance(count, int) else None
-                else:
-                    ev.capture_error = learner_text(header.get("error", "no graph was sent"))
-                    ev.compiled = header.get("compiled") is True
-                    ev.breaks = header.get("breaks") if isinstance(header.get("breaks"), list) \
-                        else []
-                    count = header.get("graph_count")
-                    ev.graph_count = count if isinstance(count, int) else None
+                self._ask_graphs(subject, problem, sides[key], ev, device)
                 lap("capture")
-            if "recompiles" in wanted[key] and problem.recompile_inputs is not None:
-                options = {**problem.learner_compile, **ev.choice}
+                self._ask_usage(subject, problem, ev, device)
+                lap("calls as used")
+
+    def _ask_graphs(self, subject: SubjectSession, problem: Problem, side: ReferenceSide,
+                    ev: Evidence, device: str) -> None:
+        """The graph of a fresh model's first call on the first class of inputs; and, for each
+        other class whose inputs have other shapes, the graph captured on one of them (Dynamo
+        would compile such a call again: that graph is the one that would run there)."""
+        options = {**problem.learner_compile, **ev.choice}
+        inputs = traced_inputs(problem, device, correctness.fresh_seeds(1)[0])
+        header, blob = self._capture(subject, problem, inputs, options)
+        if isinstance(header.get("graph"), dict):
+            ev.graph = (header["graph"], blob)
+            if self._refused(problem, side, ev, device):
+                # Say where the breaks are, in the learner's lines (feedback only).
                 packer = Packer()
-                calls = packer.value(problem.recompile_inputs(device))
-                reply, _ = subject.request({"op": "recompiles", "problem": key, "calls": calls,
-                                            "dynamic": options.get("dynamic"),
-                                            "max_compiles": problem.max_compiles}, packer.blob())
-                ev.recompiles = reply
-                lap("recompiles")
+                report, _ = subject.request({"op": "breaks", "problem": problem.key,
+                                             "inputs": packer.value(inputs)}, packer.blob())
+                ev.breaks = report.get("breaks") if isinstance(report.get("breaks"), list) else []
+                count = report.get("graph_count")
+                ev.graph_count = count if isinstance(count, int) else None
+        else:
+            ev.capture_error = learner_text(header.get("error", "no graph was sent"))
+            ev.compiled = header.get("compiled") is True
+            ev.breaks = header.get("breaks") if isinstance(header.get("breaks"), list) else []
+            count = header.get("graph_count")
+            ev.graph_count = count if isinstance(count, int) else None
+            return
+        if problem.step_inputs is not None:  # a step of the problem's loop: one shape for all
+            return
+        for name, make in list(ev.classes.items())[1:]:
+            class_inputs = make(seeded_generator(correctness.fresh_seeds(1)[0]), device)
+            if _signature(class_inputs) == _signature(inputs):
+                continue   # the same shapes: the first graph is the one that runs there
+            header, blob = self._capture(subject, problem, class_inputs, options)
+            ev.class_graphs[name] = (header["graph"], blob) if isinstance(header.get("graph"),
+                                                                          dict) \
+                else learner_text(str(header.get("error", "no graph was sent")).splitlines()[0])
+
+    @staticmethod
+    def _capture(subject: SubjectSession, problem: Problem, inputs: tuple,
+                 options: dict) -> tuple[dict, bytes]:
+        packer = Packer()
+        return subject.request({"op": "capture", "problem": problem.key,
+                                "inputs": packer.value(inputs),
+                                "dynamic": options.get("dynamic")}, packer.blob())
+
+    @staticmethod
+    def _ask_usage(subject: SubjectSession, problem: Problem, ev: Evidence, device: str) -> None:
+        """The problem as it is used: a fresh model compiled with ``fullgraph=True`` and called
+        ``problem.usage_calls`` times (its recompile inputs in order, again and again, or inputs
+        of its first class): how often it compiled, and whether any call raised."""
+        options = {**problem.learner_compile, **ev.choice}
+        calls = problem.recompile_inputs(device) if problem.recompile_inputs is not None else \
+            [traced_inputs(problem, device, seed) for seed in correctness.fresh_seeds(4)]
+        packer = Packer()
+        reply, _ = subject.request({"op": "recompiles", "problem": problem.key,
+                                    "calls": packer.value(calls), "total": problem.usage_calls,
+                                    "dynamic": options.get("dynamic"),
+                                    "max_compiles": problem.max_compiles}, packer.blob())
+        ev.recompiles = reply
 
     @staticmethod
     def _refused(problem: Problem, side: ReferenceSide, ev: Evidence, device: str) -> bool:
@@ -318,7 +388,9 @@ class Judge:
         return False
 
     def _correctness(self, subject: SubjectSession, problem: Problem, side: ReferenceSide,
-                     device: str) -> CheckOutcome:
+                     device: str, classes: dict) -> CheckOutcome:
+        """The learner's outputs (eager, in the subject) against the baseline's, on fresh
+        inputs of every class the problem tests."""
         def learner_call(*args):
             packer = Packer()
             header, blob = subject.request({"op": "call", "problem": problem.key,
@@ -342,12 +414,10 @@ class Judge:
                         mine.copy_(theirs)
             return outputs
 
-        seeds = correctness.fresh_seeds(3)
-        rep = correctness.check_outputs(
-            learner_call, side.base_eager,
-            lambda seed: problem.make_inputs(seeded_generator(seed), device), seeds=seeds,
-            grad=problem.training)
-        return CheckOutcome(rep.ok, str(rep), details={"checked": rep.checked})
+        reports = _on_every_class(classes, learner_call, side.base_eager, problem, device)
+        return CheckOutcome(all(r.ok for _, r in reports), _class_lines(reports),
+                            details={"checked": sum(r.checked for _, r in reports),
+                                     "classes": list(classes)})
 
     # -- 4. the judge's own checks --------------------------------------------------------------
     def _check_graph(self, problem: Problem, side: ReferenceSide, ev: Evidence,
@@ -362,24 +432,58 @@ class Judge:
         try:
             loaded = graph_artifact.load(header, blob, baseline=side.base_model, device=device)
             module = loaded.module(side.base_model, device, training=problem.training)
-            graph_artifact.check_on(loaded, module, traced_inputs(problem, device, 0))
+            peak = graph_artifact.check_on(loaded, module, traced_inputs(problem, device, 0))
         except graph_artifact.GraphRefused as exc:
             return GraphCheck(False, "\n".join([f"compiles with fullgraph=True, but is not one "
                                                 f"graph as the grader defines it: {exc}",
                                                 *_break_lines(ev)]), refused=True)
+        too_big = _over_budget(side, len(loaded.operators), peak)
+        if too_big:
+            return GraphCheck(False, f"compiles with fullgraph=True, but the grader will not "
+                                     f"compile or run it: {too_big}", refused=True)
         for name in loaded.operators:
             packet = ".".join(name.split(".")[:2])
             if packet in problem.refused_operators:
                 return GraphCheck(False, f"compiles to one graph, but it uses {packet}: "
                                          f"{problem.refused_operators[packet]}", refused=True)
-        # The graph must compute what the original computes, on inputs nobody saw before ...
-        rep = correctness.check_outputs(
-            problem.graded_call(module), side.base_eager,
-            lambda seed: problem.make_inputs(seeded_generator(seed), device),
-            seeds=correctness.fresh_seeds(3), grad=problem.training)
-        if not rep.ok:
-            return GraphCheck(False, f"the graph your code compiles to does not compute what the "
-                                     f"original computes: {rep}")
+        # The graph must compute what the original computes, on inputs nobody saw before, of
+        # every class the problem tests (where a class's shapes differ, on the graph captured
+        # there) ...
+        classes = ev.classes or {problem.inputs_name: problem.make_inputs}
+        by_class = {}
+        for name, make in classes.items():
+            got = ev.class_graphs.get(name)
+            if got is None:
+                graph_here = module
+            elif isinstance(got, str):
+                return GraphCheck(False, f"does not compile with fullgraph=True on {name}: {got}")
+            else:
+                try:
+                    other = graph_artifact.load(got[0], got[1], baseline=side.base_model,
+                                                device=device)
+                    graph_here = other.module(side.base_model, device, training=problem.training)
+                    peak = graph_artifact.check_on(other, graph_here,
+                                                   make(seeded_generator(0), device))
+                except graph_artifact.GraphRefused as exc:
+                    return GraphCheck(False, f"compiles with fullgraph=True, but on {name} it is "
+                                             f"not one graph as the grader defines it: {exc}",
+                                      refused=True)
+                too_big = _over_budget(side, len(other.operators), peak)
+                if too_big:
+                    return GraphCheck(False, f"compiles with fullgraph=True, but on {name} the "
+                                             f"grader will not compile or run it: {too_big}",
+                                      refused=True)
+            by_class[name] = graph_here
+            [(_, rep)] = _on_every_class({name: make}, problem.graded_call(graph_here),
+                                         side.base_eager, problem, device)
+            if not rep.ok:
+                where = f" on {name}" if len(classes) > 1 else ""
+                return GraphCheck(False, f"the graph your code compiles to does not compute what "
+                                         f"the original computes{where}: {rep}")
+        # ... and it must be the one graph of every call the problem makes, from the first.
+        used = _usage_failure(problem, ev)
+        if used:
+            return GraphCheck(False, used)
         # ... and, for the recompile check, on every shape and step the problem uses (a graph
         # specialised to one batch size or one position fails there).
         general = ""
@@ -389,9 +493,12 @@ class Judge:
                 general = (f"the graph your code compiles to is right for the shapes it was "
                            f"captured with, not for every call the problem makes: {why}")
         ops = len(loaded.operators)
+        on = (f"on fresh inputs of every kind the problem uses ({', '.join(classes)})"
+              if len(classes) > 1 else "on fresh inputs")
         return GraphCheck(True, f"compiles with fullgraph=True: one graph of {ops} operators, "
                                 f"checked by the grader (it computes what the original computes "
-                                f"on fresh inputs)", module, ops, general=general)
+                                f"{on}; no break in the {_calls_made(ev)} calls the problem "
+                                f"makes)", module, ops, general=general, by_class=by_class)
 
     def _decide(self, problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
                 device: str, job: dict, lap) -> dict[str, CheckOutcome]:
@@ -415,32 +522,48 @@ class Judge:
             options = {**problem.learner_compile, **ev.choice}
             if options.get("mode") == NO_COMPILE:
                 options = {k: v for k, v in options.items() if k != "mode"}
-            seeds = correctness.fresh_seeds(3)
+            reports = []
             with ti.quiet_torch_logs():
-                compiled = timed_version(graph.module, problem, options)
-                rep = correctness.check_outputs(
-                    compiled, side.base_eager,
-                    lambda seed: problem.make_inputs(seeded_generator(seed), device),
-                    seeds=seeds, grad=problem.training, tolerance=problem.tolerance)
+                for name, module in graph.by_class.items():
+                    compiled = timed_version(module, problem, options)
+                    [(_, rep)] = _on_every_class({name: ev.classes[name]}, compiled,
+                                                 side.base_eager, problem, device,
+                                                 tolerance=problem.tolerance)
+                    reports.append((name, rep))
+            checked = sum(rep.checked for _, rep in reports)
             rtol, atol = problem.tolerance or ("the dtype's", "the dtype's")
             how = (f"the grader compiled your graph with Inductor (torch.compile, "
                    f"mode={options.get('mode', 'default')!r}) and compared its outputs on "
-                   f"{rep.checked} fresh inputs with the original's eager outputs (rtol={rtol}, "
+                   f"{checked} fresh inputs with the original's eager outputs (rtol={rtol}, "
                    f"atol={atol})")
-            if rep.ok:
-                return CheckOutcome(True, how + ": they match.", details={"checked": rep.checked})
-            text = str(rep).replace("outputs do not match the reference:",
-                                    "the compiled outputs do not match the original's eager ones:",
-                                    1)
+            if all(rep.ok for _, rep in reports):
+                return CheckOutcome(True, how + ": they match.", details={"checked": checked})
+            text = _class_lines(reports).replace(
+                "outputs do not match the reference:",
+                "the compiled outputs do not match the original's eager ones:")
             return CheckOutcome(False, f"{how}.\n{text}\n(your code run eagerly is what the "
                                        f"correctness check compares; this check compares what "
                                        f"torch.compile makes of it)",
-                                details={"checked": rep.checked})
+                                details={"checked": checked})
 
         if ev.correctness is not None:
             out["correctness"] = ev.correctness
+            if not ev.correctness.ok:
+                # The gate (docs/design.md, "A score means learned it"): nothing else is
+                # credited, or measured, for code whose outputs are wrong on any class of inputs.
+                for name in wanted:
+                    if name != "correctness":
+                        out[name] = CheckOutcome(False, NOT_CORRECT, "fail",
+                                                 {"gated_by": "correctness"})
+                return out
         graph = self._check_graph(problem, side, ev, device) \
             if any(c in wanted for c in CHECKS_NEEDING_A_GRAPH + ("compiled",)) else None
+        if graph is not None and graph.ok:
+            lesson = _work_check(problem, side, graph)
+            if lesson:  # one graph, but not the set's lesson: no structural point either
+                graph = dataclasses.replace(graph, ok=False, message=(
+                    f"compiles to one graph, but not one that does what this problem teaches: "
+                    f"{lesson}"))
         lap("graph checks")
         if "fullgraph" in wanted:
             out["fullgraph"] = CheckOutcome(graph.ok, graph.message, details={
@@ -458,13 +581,17 @@ class Judge:
         if "fusion" in wanted:
             out["fusion"] = self._fusion(problem, graph, ev, device)
             lap("check fusion")
-        recompiling = "recompiles" in out and not out["recompiles"].ok
+        recompiling = "recompiles" in out and not out["recompiles"].ok and graph is not None \
+            and graph.ok
         if "speed" in wanted and recompiling:
             # Speed is credited to one graph that serves every call: a model that compiles again
-            # and again is as slow as its compiles, whatever its graph's speed.
+            # and again is as slow as its compiles, whatever its graph's speed. Say which part of
+            # the recompile check failed, not a guess.
+            why = out["recompiles"].message.splitlines()
             out["speed"] = CheckOutcome(False, "not timed: speed is credited to one graph that "
-                                               "serves every call, and your model compiles again "
-                                               "(see the recompile check)", "fail")
+                                               "serves every call the problem makes, and the "
+                                               "recompile check found that yours does not:\n"
+                                               + "\n".join(why[-3:]), "fail")
         elif "speed" in wanted:
             out["speed"] = self._speed(problem, side, graph, ev, correct, device, job)
             lap("check speed")
@@ -500,9 +627,6 @@ class Judge:
         if not graph.ok:
             return CheckOutcome(False, f"not timed: speed is measured on the one graph your code "
                                        f"compiles to, and it {graph.headline}", "fail")
-        too_much = _work_check(problem, side, graph)
-        if too_much:
-            return CheckOutcome(False, f"not timed: {too_much}", "fail")
         options = {**problem.learner_compile, **ev.choice}
         pool, expected = self._pool(problem, side, device)
         target = problem.target if side.reference is not None else targets.self_check_target(problem)
@@ -620,6 +744,121 @@ class Judge:
         message = "\n".join([*head, *(line for p in parts.values() for line in p["lines"])])
         return CheckOutcome(verdict == "pass", message, verdict, {
             "parts": out_parts, "jobs": jobs, "figures": figures.to_dict()})
+
+
+NOT_CORRECT = ("not checked: every check but correctness is credited only to code that computes "
+               "what the original computes on every kind of input the problem tests, and yours "
+               "does not yet (see the correctness check)")
+
+
+class JudgeOverrun(BaseException):
+    """The judge's own checks of one learner graph ran past their time limit (a BaseException,
+    as KeyboardInterrupt is: the checks' own ``except Exception`` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise :class:`JudgeOverrun` in this thread after ``seconds`` (the main thread only: a
+    signal cannot reach another; elsewhere the driver's deadline on the whole job remains)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def overrun(signum, frame):  # noqa: ARG001 (signal handler)
+        raise JudgeOverrun()
+
+    previous = signal.signal(signal.SIGALRM, overrun)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _work_limit_s(problem: Problem, side: ReferenceSide) -> float:
+    """How long the judge may spend on its own checks of one learner's graph (compiles, runs,
+    timing): a few times what the problem's baseline and reference took to build (their
+    compiles) plus its timing budget, never less than four minutes (a slow, busy machine)."""
+    return max(300.0, 6 * side.seconds + 4 * problem.budget_s)
+
+
+def _over_budget(side: ReferenceSide, operators: int, peak_bytes: int) -> str:
+    """Why a learner's graph is more than the judge will compile and run ('' : it is not)."""
+    max_nodes, max_bytes = side.graph_budget()
+    if operators > max_nodes:
+        return (f"it has {operators:,} operators, more than the {max_nodes:,} this problem allows "
+                f"(its reference has {side.reference_nodes or 'far fewer'})")
+    if peak_bytes > max_bytes:
+        return (f"its tensors hold {peak_bytes / 2**20:,.0f} MiB at once, more than the "
+                f"{max_bytes / 2**20:,.0f} MiB this problem allows")
+    return ""
+
+
+def _with_the_gate(problem: Problem, wanted: list[str]) -> list[str]:
+    """``wanted``, with the correctness check added wherever a check it gates is wanted (a
+    structural or speed point needs correct outputs on every class of inputs)."""
+    if "correctness" in problem.checks and "correctness" not in wanted \
+            and any(c not in ("rule", "job") for c in wanted):
+        return ["correctness", *wanted]
+    return wanted
+
+
+def _signature(inputs: tuple) -> tuple:
+    """What makes Dynamo compile a call again when it changes: each tensor's shape and dtype,
+    and any other argument's value."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a)
+                 for a in inputs)
+
+
+def _on_every_class(classes: dict, candidate, reference, problem: Problem, device: str,
+                    tolerance: tuple[float, float] | None = None) -> list:
+    """``[(class name, CorrectnessReport)]``: ``candidate`` against ``reference`` on fresh
+    inputs of each class (three of the problem's own inputs, two of each other class)."""
+    out = []
+    for name, make in classes.items():
+        first = name == problem.inputs_name
+        out.append((name, correctness.check_outputs(
+            candidate, reference, lambda seed, make=make: make(seeded_generator(seed), device),
+            seeds=correctness.fresh_seeds(3 if first else 2), grad=problem.training,
+            tolerance=tolerance)))
+    return out
+
+
+def _class_lines(reports: list) -> str:
+    if len(reports) == 1:
+        return str(reports[0][1])
+    return "\n".join(f"on {name}: {rep}" for name, rep in reports)
+
+
+def _calls_made(ev: Evidence) -> int:
+    report = ev.recompiles if isinstance(ev.recompiles, dict) else {}
+    calls = report.get("calls")
+    return calls if isinstance(calls, int) else 0
+
+
+def _usage_failure(problem: Problem, ev: Evidence) -> str:
+    """Why the learner's model, compiled from a fresh start and called as the problem calls it,
+    is not one graph on every call ('' : it is). A recompile is the recompile check's business
+    where the problem has one."""
+    report = ev.recompiles if isinstance(ev.recompiles, dict) else {}
+    if not report:
+        return "the calls the problem makes were not checked"
+    if "error" in report:
+        return (f"your code raised while the problem called it repeatedly: "
+                f"{learner_text(report['error'])}")
+    failed, hit = report.get("failed_call"), report.get("hit_limit") is True
+    if isinstance(failed, int) and not hit:
+        first = str(report.get("failure") or "").strip().splitlines()
+        return (f"not one graph on every call the problem makes: a fresh model compiled with "
+                f"fullgraph=True raised on call {failed + 1} of {problem.usage_calls}: "
+                f"{learner_text(first[0] if first else 'no reason was sent')}")
+    compiles = report.get("compiles")
+    if problem.recompile_inputs is None and (hit or not isinstance(compiles, int)
+                                             or compiles > problem.max_compiles):
+        return (f"one graph does not serve every call the problem makes (from a fresh model, "
+                f"fullgraph=True): {learner_text(report.get('message', 'no count was sent'))}")
+    return ""
 
 
 def _overall_verdict(verdicts: list[str]) -> str:
@@ -777,7 +1016,7 @@ def serve(reply_fd: int, once: bool = False) -> int:
         except Exception as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         channel.write_message(reply_fd, json.loads(json.dumps(reply, default=str)))
-        if once:
+        if once or judge.tainted:
             return 0
 
 

@@ -51,6 +51,7 @@ class JudgeProcess:
         """The judge's reply to ``job``; ``{"error": ...}`` when it died or passed ``timeout_s``."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
+                self.close()   # a judge that ended (it does after a job that overran it)
                 self._start()
             deadline = time.monotonic() + timeout_s
             try:

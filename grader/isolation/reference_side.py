@@ -23,6 +23,13 @@ from grader.problems import NO_COMPILE, Problem, seeded_generator
 
 JOB_TRIALS = 21
 COLD_ROUNDS = 3   # cold first calls measured per mode of a planning question (the least is kept)
+# A learner's graph may have this many times the reference graph's operators and hold this many
+# times the bytes it holds at once (ReferenceSide.graph_budget), and never less than the minimum:
+# room for a clumsy but honest rewrite, none for a graph made to hold the judge up.
+GRAPH_BUDGET_FACTOR = 10
+MIN_GRAPH_BUDGET = (500, 256 * 1024 ** 2)
+# Without a reference (self-check, on the learner's own machine): operators, bytes held at once.
+FALLBACK_GRAPH_BUDGET = (5_000, 4 * 1024 ** 3)
 
 
 def timed_version(model, problem: Problem, options: dict):
@@ -141,6 +148,18 @@ class ReferenceSide:
     reference_options: dict = dataclasses.field(default_factory=dict)
     jobs: JobFigures | None = None
     seconds: float = 0.0
+    reference_nodes: int | None = None       # the reference graph's operators
+    reference_peak_bytes: int | None = None  # ... and the most bytes its tensors hold at once
+
+    def graph_budget(self) -> tuple[int, int]:
+        """The most operators, and bytes held at once, the judge will compile and run in a
+        learner's graph: :data:`GRAPH_BUDGET_FACTOR` x the reference's (where ``source/`` is at
+        hand), else :data:`FALLBACK_GRAPH_BUDGET`. The judge's own work on learner data is
+        bounded by what the problem needs, so one hostile graph cannot hold it or starve it."""
+        if self.reference_nodes is None or self.reference_peak_bytes is None:
+            return FALLBACK_GRAPH_BUDGET
+        return (max(GRAPH_BUDGET_FACTOR * self.reference_nodes, MIN_GRAPH_BUDGET[0]),
+                max(GRAPH_BUDGET_FACTOR * self.reference_peak_bytes, MIN_GRAPH_BUDGET[1]))
 
     @classmethod
     def build(cls, problem: Problem, reference_cells: list[Cell] | None, device: str,
@@ -166,12 +185,15 @@ class ReferenceSide:
             pool = [problem.make_inputs(seeded_generator(s), device) for s in range(2)]
             if base_timed is not base_eager:
                 timing.first_call_seconds(base_timed, pool[0], device)
-            if reference_cells and timed:
-                side._build_reference(reference_cells, problem_module, pool)
+            if reference_cells:
+                side._build_reference(reference_cells, problem_module, pool, timed)
         side.seconds = time.monotonic() - started
         return side
 
-    def _build_reference(self, cells: list[Cell], problem_module: str | None, pool) -> None:
+    def _build_reference(self, cells: list[Cell], problem_module: str | None, pool,
+                         timed: bool) -> None:
+        """The reference's graph, captured, shipped and rebuilt as a learner's is (its size sets
+        :meth:`graph_budget`); for a timed problem, compiled and warmed up too."""
         from grader.isolation.subject import exec_cells, namespace_for
 
         problem, device = self.problem, self.device
@@ -188,8 +210,13 @@ class ReferenceSide:
                                           dynamic=self.reference_options.get("dynamic"))
         header, blob = _ship(captured)
         loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
-        timed_model = loaded.module(self.base_model, device, training=problem.training)
         self.reference_module = loaded.module(self.base_model, device, training=problem.training)
+        self.reference_nodes = len(loaded.operators)
+        self.reference_peak_bytes = graph_artifact.check_on(loaded, self.reference_module,
+                                                            traced_inputs(problem, device, 0))
+        if not timed:
+            return
+        timed_model = loaded.module(self.base_model, device, training=problem.training)
         self.reference = timed_version(timed_model, problem, self.reference_options)
         if problem.reference_eager_baseline:
             # Speed over the reference's own model, eagerly: what compiling it gains.

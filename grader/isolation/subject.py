@@ -17,11 +17,13 @@ Requests (``op``):
   it is;
 - ``call``: the problem's graded call on inputs the judge sent (eager): its outputs, and the
   inputs as they are afterwards (a solution must not change them);
-- ``capture``: compile the traced call with ``fullgraph=True`` and send the graph Dynamo captured
-  as data (:mod:`grader.checks.graph_artifact`); when that fails, Dynamo's reason and the
-  graph-break report, for the learner's feedback;
-- ``recompiles``: compile the traced call and count the compiles over the inputs sent, with the
-  guard that failed each time (:mod:`grader.checks.recompiles`);
+- ``capture``: build a *fresh* model, compile its traced call with ``fullgraph=True`` and send the
+  graph Dynamo captured on its first call as data (:mod:`grader.checks.graph_artifact`); when that
+  fails, Dynamo's reason and the graph-break report, for the learner's feedback;
+- ``recompiles`` (the problem as it is used): build a fresh model, compile its traced call with
+  ``fullgraph=True`` and call it on the inputs sent, in order and again until ``total`` calls
+  were made; count the compiles, with the guard that failed each time, and say at which call
+  anything raised (a break on call 101 is a break) (:mod:`grader.checks.recompiles`);
 - ``plan``: the learner's rule asked about each job size sent (``mode_for(calls, device)``):
   what it returned, for the judge to check (only strings travel as such; anything else is
   named by its type), or the error it raised;
@@ -29,6 +31,11 @@ Requests (``op``):
 
 Text that comes from the learner's code (an exception, Dynamo's message about their line) is cut
 to :data:`MAX_TEXT` characters; the judge marks it as the learner's own when it shows it.
+
+Whose error: an exception a request did not expect is the learner's when it was raised in their
+code (a frame of a ``<cell N>`` on its way), and the grader's otherwise (``{"grader_error":
+traceback}``: the judge flags it for a person, never as the learner's crash). A learner who
+fakes a grader error earns nothing by it: the problem goes to a person.
 """
 from __future__ import annotations
 
@@ -66,8 +73,25 @@ def exec_cells(cells: list[Cell], namespace: dict) -> None:
         exec(compile(source, filename, "exec"), namespace)  # noqa: S102  (that is the point)
 
 
+def _learner_frames(exc: BaseException) -> list:
+    """The frames of ``exc``'s traceback (and of the exceptions it was raised from) that ran a
+    learner's cell."""
+    frames, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = [f for f in traceback.extract_tb(exc.__traceback__)
+                  if f.filename.startswith("<cell")] + frames
+        exc = exc.__cause__ or exc.__context__
+    return frames
+
+
+def raised_in_learner_code(exc: BaseException) -> bool:
+    """Whether ``exc`` went through a learner's cell on its way (else it is the grader's)."""
+    return bool(_learner_frames(exc))
+
+
 def learner_traceback(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<cell")]
+    frames = _learner_frames(exc)
     where = f" ({frames[-1].filename.strip('<>')}, line {frames[-1].lineno}: `{frames[-1].line}`)" \
         if frames else ""
     return text(f"{type(exc).__name__}: {exc}{where}")
@@ -99,6 +123,7 @@ class Subject:
 
     def __init__(self) -> None:
         self.models: dict[str, object] = {}
+        self.entries: dict[str, object] = {}   # what the learner defined: a fresh model's source
         self.problems: dict[str, Problem] = {}
         self.device = "cpu"
 
@@ -152,7 +177,7 @@ class Subject:
                 out[key] = {"status": "learner_error",
                             "message": f"could not build `{problem.entry}`: {learner_traceback(exc)}"}
                 continue
-            self.models[key], self.problems[key] = model, problem
+            self.models[key], self.problems[key], self.entries[key] = model, problem, entry
             out[key] = {"status": "ok", "choice": {k: v for k, v in choice.items()
                                                    if isinstance(v, (str, bool, int)) or v is None}}
         return {"problems": out}, b""
@@ -162,6 +187,16 @@ class Subject:
         if key not in self.models:
             raise ProtocolError(f"problem {key!r} was not loaded")
         return self.problems[key], self.models[key]
+
+    def _fresh_model(self, request: dict):
+        """A model built again from what the learner defined, never called: a structural
+        check sees the problem as it is used, from its first call (a debug branch that runs on
+        call 1, 101, 201 ... is not skipped because earlier checks called the model)."""
+        problem, _ = self._model(request)
+        with torch.no_grad():
+            baseline = problem.make_baseline(self.device)
+        return problem, problem.instantiate(self.entries[request["problem"]], baseline,
+                                            self.device)
 
     def call(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
         problem, model = self._model(request)
@@ -176,7 +211,7 @@ class Subject:
         return reply, packer.blob()
 
     def capture(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
-        problem, model = self._model(request)
+        problem, model = self._fresh_model(request)
         inputs = decode(request["inputs"], blob, self.device)
         dynamic = request.get("dynamic")
         traced = problem.traced_call(model)
@@ -188,11 +223,11 @@ class Subject:
             # compiled: Dynamo took it whole, but the grader does not call it one graph.
             reply = {"error": text(str(exc)),
                      "compiled": isinstance(exc, graph_artifact.HostRead)}
-        reply.update(self._report(traced, inputs))
+        reply.update(self._report(problem.traced_call(self._fresh_model(request)[1]), inputs))
         return reply, b""
 
     def breaks(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
-        problem, model = self._model(request)
+        problem, model = self._fresh_model(request)
         inputs = decode(request["inputs"], blob, self.device)
         return self._report(problem.traced_call(model), inputs), b""
 
@@ -208,16 +243,21 @@ class Subject:
                 "breaks": [_break_dict(b) for b in report.breaks[:20]]}
 
     def recompiles(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
-        problem, model = self._model(request)
+        problem, model = self._fresh_model(request)
         calls = decode(request["calls"], blob, self.device)
+        total = max(len(calls), int(request.get("total") or 0))
         try:
-            rep = recompiles.recompile_check(problem.traced_call(model), calls,
+            rep = recompiles.recompile_check(problem.traced_call(model),
+                                             [calls[i % len(calls)] for i in range(total)],
                                              dynamic=request.get("dynamic"),
-                                             max_compiles=int(request["max_compiles"]))
+                                             max_compiles=int(request["max_compiles"]),
+                                             fullgraph=True, give_fix=False)
         except Exception as exc:
             return {"error": f"your code raised: {learner_traceback(exc)}"}, b""
         return {"compiles": rep.compiles, "hit_limit": rep.hit_limit, "calls": rep.calls,
-                "reasons": [text(r) for r in rep.reasons[:10]], "message": text(str(rep))}, b""
+                "reasons": [text(r) for r in rep.reasons[:10]], "message": text(str(rep)),
+                "failed_call": rep.failed_call,
+                "failure": text(rep.failure) if rep.failure else ""}, b""
 
     def plan(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
         problem, rule = self._model(request)
@@ -257,8 +297,12 @@ def serve(reply_fd: int) -> int:
             continue
         try:
             reply, out = subject.handle(request, blob)
-        except (ProtocolError, KeyError, TypeError, ValueError) as exc:
-            reply, out = {"error": f"the grader's request failed here: {type(exc).__name__}: {exc}"}, b""
+        except Exception as exc:  # noqa: BLE001 (whose it is decides what the judge makes of it)
+            if raised_in_learner_code(exc):
+                reply = {"error": f"your code raised: {learner_traceback(exc)}"}
+            else:
+                reply = {"grader_error": traceback.format_exc()[-4 * MAX_TEXT:]}
+            out = b""
         channel.write_message(reply_fd, reply, out)
 
 

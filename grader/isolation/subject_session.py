@@ -37,6 +37,17 @@ class LearnerRaised(Exception):
     learner_message: str = ""
 
 
+class GraderFailed(Exception):
+    """The grader's own code failed in the subject, where no learner code was on the way (the
+    subject's traceback, for the instructor). Flagged for a person, never the learner's crash."""
+
+    ends_the_check = True  # correctness.check_outputs lets it through
+
+    def __init__(self, traceback_text: str):
+        super().__init__("the grader's own code failed in the process that ran your code")
+        self.traceback_text = traceback_text
+
+
 def learner_text(message: str) -> str:
     """Text that came from the learner's process, marked as such and cut short."""
     message = str(message)
@@ -97,6 +108,8 @@ class SubjectSession:
             raise SubjectGone(Status.REJECTED, f"the process that ran your code broke the "
                                                f"grader's protocol ({exc}); nothing it sent was "
                                                f"used") from None
+        if "grader_error" in reply:
+            raise GraderFailed(str(reply["grader_error"])[-6000:])
         return reply, data
 
     def _death(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import random
 from typing import Any, Callable
 
 import torch
@@ -19,6 +20,10 @@ from grader.checks.targets import SpeedTarget
 NO_COMPILE = "none"
 # Checks for which the judge has the subject capture the learner's graph.
 GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
+# How many calls the problem makes of the learner's compiled model, as it is used (the judge has
+# the subject make them, ``fullgraph=True``, from a fresh model's first call): a graph break or a
+# recompile on call 1, 101 or 201 is one.
+USAGE_CALLS = 201
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +109,17 @@ class Problem:
     - ``allowed_config``: compiler settings the learner may change, as
       ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
       (not credited).
+    - ``inputs_name``: what ``make_inputs`` draws, in words ("inputs with a positive mean").
+    - ``other_inputs(rng)``: the problem's other classes of inputs, ``{name: make_inputs}``
+      (ps1: inputs whose mean is negative, the other side of the ``if``; ps2: other numbers of
+      rows), each drawing inputs of one shape; shapes are chosen per grading job from ``rng``
+      (a fresh seed) so that none can be known in advance. Every credited claim is checked on
+      every class (:meth:`input_classes`): the learner's outputs, and the graph the judge checks
+      (captured again by the subject where a class's shapes differ).
+    - ``usage_calls``: how many calls of the compiled model the problem makes as it is used
+      (:data:`USAGE_CALLS`): the subject compiles a fresh model with ``fullgraph=True`` and calls
+      it that many times (``recompile_inputs`` in order, again and again, or inputs of the first
+      class): a break or a recompile on any of them is one.
     - ``tolerance``: ``(rtol, atol)`` the ``compiled`` check states and uses (the judge compiles
       the learner's graph with Inductor itself and compares its outputs on fresh inputs with
       the original's eager ones); ``None``: the dtype's (:data:`grader.checks.correctness.TOLERANCES`).
@@ -141,6 +157,9 @@ class Problem:
     driver: Callable[..., Any] | None = None
     step_inputs: Callable[[str], tuple] | None = None
     tolerance: tuple[float, float] | None = None
+    inputs_name: str = "fresh random inputs"
+    other_inputs: Callable[[random.Random], dict[str, Callable]] | None = None
+    usage_calls: int = USAGE_CALLS
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)
@@ -153,6 +172,14 @@ class Problem:
     @property
     def assignment(self) -> str:
         return self.key.split(".")[0]
+
+    def input_classes(self, rng: random.Random) -> dict[str, Callable]:
+        """Every class of inputs the problem is checked on, ``{name: make_inputs}``: its own
+        inputs first, then the :attr:`other_inputs` drawn for this job from ``rng``."""
+        classes = {self.inputs_name: self.make_inputs}
+        if self.other_inputs is not None:
+            classes.update(self.other_inputs(rng))
+        return classes
 
     def compile_kwargs(self, entry_object: Any) -> dict:
         """``torch.compile`` options for a solution whose entry is ``entry_object`` (the

@@ -135,6 +135,7 @@ TEST_CELLS = [
     # One point per hidden job: two below the grading machine's break-even, two above it.
     TestCell("ps3-q1-short", 2, scored=("ps3.q1", "job"), part="short"),
     TestCell("ps3-q1-long", 2, scored=("ps3.q1", "job"), part="long"),
-    TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"),)),
+    # Correct outputs alone earn nothing: the points need the lesson too (see ps1).
+    TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"), ("ps3.q2", "recompiles"))),
     TestCell("ps3-q2-recompiles", 3, requires=(("ps3.q2", "recompiles"), ("ps3.q2", "fullgraph"))),
 ]

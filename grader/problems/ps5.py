@@ -107,12 +107,14 @@ PROBLEMS = {
 
 # How each autograded test cell of ps5.ipynb earns its points (grade_id -> checks).
 TEST_CELLS = [
-    TestCell("ps5-q1-correctness", 3, requires=(("ps5.q1", "correctness"),)),
+    # Correct outputs alone earn nothing (the given model has them): the correctness cell's
+    # points need the set's lesson too, and the judge credits no other check to code whose
+    # outputs are wrong on any class of inputs (docs/design.md, "A score means learned it").
+    TestCell("ps5-q1-correctness", 3, requires=(("ps5.q1", "correctness"), ("ps5.q1", "fullgraph"))),
     TestCell("ps5-q1-fullgraph", 2, requires=(("ps5.q1", "fullgraph"), ("ps5.q1", "breaks"))),
     TestCell("ps5-q1-recompiles", 2, requires=(("ps5.q1", "recompiles"),)),
     # Speed is credited to one graph as the grader defines it (from torch 2.10 on, a plain
     # fullgraph=True accepts some breaks, e.g. `.item()`, and the timed compile uses it; torch 2.8
     # and 2.9 raise on them).
-    TestCell("ps5-q1-speed", 3, requires=(("ps5.q1", "correctness"), ("ps5.q1", "fullgraph")),
-             scored=("ps5.q1", "speed")),
+    TestCell("ps5-q1-speed", 3, requires=(("ps5.q1", "fullgraph"),), scored=("ps5.q1", "speed")),
 ]

@@ -131,13 +131,15 @@ PROBLEMS = {
 
 # How each autograded test cell of ps7.ipynb earns its points (grade_id -> checks).
 TEST_CELLS = [
-    TestCell("ps7-q1-correctness", 2, requires=(("ps7.q1", "correctness"),)),
-    TestCell("ps7-q1-compiled", 3, requires=(("ps7.q1", "correctness"), ("ps7.q1", "compiled"))),
+    # Correct outputs alone earn nothing (the given model has them): the correctness cell's
+    # points need the set's lesson too, and the judge credits no other check to code whose
+    # outputs are wrong on any class of inputs (docs/design.md, "A score means learned it").
+    TestCell("ps7-q1-correctness", 2, requires=(("ps7.q1", "correctness"), ("ps7.q1", "compiled"))),
+    TestCell("ps7-q1-compiled", 3, requires=(("ps7.q1", "compiled"),)),
     TestCell("ps7-q1-onegraph", 2, requires=(("ps7.q1", "fullgraph"), ("ps7.q1", "breaks"),
                                              ("ps7.q1", "recompiles"))),
     # Speed is credited to one graph as the grader defines it whose compiled outputs are right
     # (the timed runs' outputs are compared with eager's too).
-    TestCell("ps7-q1-speed", 3, requires=(("ps7.q1", "correctness"), ("ps7.q1", "compiled"),
-                                          ("ps7.q1", "fullgraph")),
+    TestCell("ps7-q1-speed", 3, requires=(("ps7.q1", "compiled"), ("ps7.q1", "fullgraph")),
              scored=("ps7.q1", "speed")),
 ]
