@@ -551,6 +551,12 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx
     return torch.fx.GraphModule(traced, traced.graph), fake
 
 
+def is_higher_order_operator(target) -> bool:
+    """Is ``target`` a higher-order operator (``torch.ops.higher_order.cond`` ...): an operator
+    that takes subgraphs as arguments (``torch._ops.HigherOrderOperator``)?"""
+    return isinstance(target, torch._ops.HigherOrderOperator)
+
+
 def host_reads(gm: torch.fx.GraphModule) -> list[str]:
     """The nodes of a graph Dynamo captured that read a tensor's value into Python (``.item()``,
     ``int(t)``, ``.tolist()``), each as the last line of its stack trace (the learner's line).
@@ -561,7 +567,9 @@ def host_reads(gm: torch.fx.GraphModule) -> list[str]:
     here, in Dynamo's own graph, instead. A Python number that Dynamo passes in as a 0-d tensor
     and reads back (a layer norm's ``eps`` under ``dynamic=True``) is not a read of the data."""
     found = []
-    for node in gm.graph.nodes:
+    nodes = [n for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
+             for n in sub.graph.nodes]   # a torch.cond branch is a graph of its own
+    for node in nodes:
         reads = (node.op == "call_method" and node.target in ("item", "tolist")) or \
             (node.op == "call_function" and node.target in (torch.Tensor.item, torch.Tensor.tolist,
                                                             torch.ops.aten._local_scalar_dense.default,
@@ -595,16 +603,24 @@ class DataDependent(Exception):
     """A graph's shapes or control depend on tensor values (a host sync, a data-dependent shape)."""
 
 
-def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> None:
+def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int,
+             subgraph_calls: Callable[[Any, tuple], list] = lambda target, args: []) -> None:
     """Run ``gm`` on fake copies of ``args`` (no real memory, no real work): raises
     :class:`DataDependent` when a node needs tensor values to know its output (``.item()``,
     ``nonzero``, a boolean mask: anything the grader's definition of one graph refuses), and
-    ``ValueError`` when a node would make a tensor of more than ``max_elements`` elements."""
+    ``ValueError`` when a node would make a tensor of more than ``max_elements`` elements.
+    ``subgraph_calls(target, args)``: the ``(subgraph, operands)`` a higher-order operator's
+    node may run (both branches of a cond), each run the same way first, so the checks reach
+    inside them."""
     from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                                DynamicOutputShapeException, FakeTensorMode)
 
     class Checked(torch.fx.Interpreter):
         def run_node(self, n):
+            if n.op == "call_function" and is_higher_order_operator(n.target):
+                args, _ = self.fetch_args_kwargs_from_env(n)
+                for sub, operands in subgraph_calls(n.target, args):
+                    Checked(sub).run(*operands)
             out = super().run_node(n)
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(t, torch.Tensor) and t.numel() > max_elements:
