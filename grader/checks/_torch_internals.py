@@ -551,6 +551,16 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx
     return torch.fx.GraphModule(traced, traced.graph), fake
 
 
+def tensor_operation_names() -> frozenset:
+    """The public names of torch's tensor operations (``torch.add``, ``torch.where`` ...): the
+    functions of ``torch._C._VariableFunctions`` that ``torch`` exports, and those of
+    ``torch.functional`` (``einsum``, ``split`` ...)."""
+    import torch.functional
+
+    native = {n for n in dir(torch._C._VariableFunctions) if not n.startswith("_")}
+    return frozenset(n for n in native | set(torch.functional.__all__) if hasattr(torch, n))
+
+
 def is_higher_order_operator(target) -> bool:
     """Is ``target`` a higher-order operator (``torch.ops.higher_order.cond`` ...): an operator
     that takes subgraphs as arguments (``torch._ops.HigherOrderOperator``)?"""
