@@ -74,3 +74,15 @@ def solved_release(ps: str, edit=None, root: str = ROOT) -> dict:
     """release/<ps>/<ps>.ipynb with the reference solution filled in."""
     return fill_solutions(load(os.path.join(root, "release", ps, f"{ps}.ipynb")),
                           load(os.path.join(root, "source", ps, f"{ps}.ipynb")), edit)
+
+
+def release_with(ps: str, cells: dict[str, str], root: str = ROOT) -> dict:
+    """release/<ps>/<ps>.ipynb, solved with the reference, then with each solution cell named in
+    ``cells`` (grade_id -> the cell's whole text) replaced: another learner's answer."""
+    nb = solved_release(ps, root=root)
+    for cell in nb["cells"]:
+        grade_id = _nbgrader(cell).get("grade_id")
+        if grade_id in cells:
+            cell["source"] = cells[grade_id]
+    assert all(any(_nbgrader(c).get("grade_id") == g for c in nb["cells"]) for g in cells), cells
+    return nb

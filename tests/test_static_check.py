@@ -64,7 +64,7 @@ def test_the_demo_personas_that_are_honest_attempts_pass():
     ("class F(Original):\n    def forward(self, x):\n        return x.data_ptr()\n", "`.data_ptr`"),
     ("class F(Original):\n    def forward(self, x):\n        return self.fc1._parameters\n",
      "private attributes of `self` only"),
-    ("from torch.utils import cpp_extension\n", "`cpp_extension` is not available"),
+    ("from torch.utils import cpp_extension\n", "the `torch.utils` module is not available"),
     ("import torch.hub\n", "loads code or files"),
     ("async def f():\n    pass\n", "`async`"),
     ("def f(:\n", "not valid Python"),
@@ -155,8 +155,9 @@ def test_free_names_are_an_allow_list():
         assert _screened_with_names(src), name
 
 
-def test_annotations_are_screened_as_code():
+def test_annotations_are_screened_as_code_and_never_strings():
     for source in (
+        "def f(x: 'torch.Tensor') -> 'torch.Tensor':\n    return x\n",
         "def f(x: open('/etc/passwd')):\n    return x\n",
         "def f(x: '__import__(\"os\").system(\"id\")'):\n    return x\n",
         "def f(x) -> 'os.system':\n    return x\n",
@@ -164,7 +165,7 @@ def test_annotations_are_screened_as_code():
         "def f(x: 'not a type ((('):\n    return x\n",
     ):
         assert refused(source), source
-    assert refused("def f(x: 'torch.Tensor') -> 'torch.Tensor':\n    return x\n") == []
+    assert refused("def f(x: torch.Tensor) -> torch.Tensor:\n    return x\n") == []
 
 
 def test_only_some_of_torchs_modules_are_reachable():
@@ -174,3 +175,109 @@ def test_only_some_of_torchs_modules_are_reachable():
         assert refused(src), chain
     assert refused("class F(Original):\n    def forward(self, x):\n"
                    "        return torch.nn.functional.gelu(torch.linalg.norm(x))\n") == []
+
+
+METHOD = "class F(Original):\n    def forward(self, x):\n        {}\n        return x\n"
+
+
+@pytest.mark.parametrize("source, why", [
+    # imports and attribute chains: any module or name off the list, however it is reached
+    ("from torch.utils.collect_env import run\n", "`torch.utils.collect_env` module"),
+    ("from torch.utils.benchmark import Timer\n", "`torch.utils.benchmark` module"),
+    ("import torch.utils.benchmark as bench\n", "`torch.utils.benchmark` module"),
+    ("from torch import os as o\n", "the `os` module"),
+    ("import torch.nn.functional as G\n" + METHOD.format("G.torch.utils.collect_env.run('id')"),
+     "the `torch.utils` module"),
+    (METHOD.format("torch.utils.benchmark.Timer('x').timeit(1)"), "the `torch.utils` module"),
+    (METHOD.format("torch.CompilationUnit('def f(x): return x')"), "`torch.CompilationUnit`"),
+    (METHOD.format("torch.get_device_module()"), "`torch.get_device_module`"),
+    ("def f(m=torch):\n    return m.utils\n", "`torch` is a module"),
+    ("def f(torch):\n    return torch\n", "`torch` names a module here"),
+    (METHOD.format("torch._dynamo.mark_dynamic(x, 0)"), "compile_dynamic"),
+    # strings read later as code: run-time format strings, string types
+    (METHOD.format("fmt = '{0' + '.fc1}'\n        fmt.format(self)"), "format string is a literal"),
+    (METHOD.format("str.format('{}', self)"), "format string is a literal"),
+    ("from typing import get_type_hints\n", "`typing.get_type_hints`"),
+    ("import dataclasses\n" + METHOD.format("dataclasses.make_dataclass('D', [('a', 'int')])"),
+     "`dataclasses.make_dataclass`"),
+    ("import typing\nP = typing.NamedTuple('P', [('a', 'int')])\n", "use the class form"),
+    ("from typing import Optional\nT = Optional['os.system']\n", "never as a string"),
+    ("T = list['int']\n", "never as a string"),
+    # backends and library registrations
+    (METHOD.format("torch.compile(self, backend=lambda gm, inputs: gm)"), "a backend is named"),
+    (METHOD.format("self.compile(backend=print)"), "a backend is named"),
+    (METHOD.format("torch.compile(self, options={'cpp.cxx': 'sh'})"), "`options=`"),
+    (METHOD.format("c = torch.compile"), "`compile` is called directly"),
+    ("from torch.compiler import set_default_backend\n", "`torch.compiler.set_default_backend`"),
+    (METHOD.format("torch.library.define('x::y', '(Tensor a) -> Tensor')"),
+     "`torch.library.define`"),
+    ("@torch.library.register_fake('aten::add')\ndef f(x):\n    return x\n",
+     "`torch.library.register_fake`"),
+    ("name = 'a::b'\n@torch.library.custom_op(name, mutates_args=())\n"
+     "def f(x: torch.Tensor) -> torch.Tensor:\n    return x\n", "named by a string"),
+])
+def test_the_screen_is_an_allow_list_in_every_form(source, why):
+    found = refused(source)
+    assert any(why in r for r in found), found
+    assert all(r.startswith("cell 6, line ") for r in found)
+
+
+def test_what_the_chapters_teach_passes():
+    """The fixes of chapters 4, 6 and 8, the imports a solution needs, a format string written
+    in the cell and types written as expressions: none of it is refused."""
+    assert _screened_with_names("""
+    import math
+    from functools import partial
+    import torch.nn.functional as G
+    from torch import nn
+    from typing import Literal, NamedTuple, Optional
+    from dataclasses import dataclass, field
+    act = G.gelu
+    norm = torch.nn.functional
+
+    @torch.compiler.disable
+    def log_norm(h):
+        print("hidden norm: {:.3f}".format(h.norm()))
+
+    @torch.library.custom_op("course::legacy_normalize", mutates_args=())
+    def legacy_op(t: torch.Tensor) -> torch.Tensor:
+        return t / t.norm()
+
+    @legacy_op.register_fake
+    def _(t):
+        return torch.empty_like(t)
+
+    class Pair(NamedTuple):
+        a: torch.Tensor
+        kind: Literal["x", "y"] = "x"
+
+    @dataclass
+    class Spec:
+        scale: Optional[torch.Tensor] = None
+        sizes: list = field(default_factory=list)
+
+    class FusedGroupNormGELU(GroupNormGELU):
+        compile_dynamic = True
+
+        def forward(self, x):
+            torch._check(x.shape[0] >= 2)
+            h = torch.cond(x.sum() > 0, lambda h: h * 2, lambda h: h.clone(), (x,))
+            h = torch.where(h > 0, h, 0.0) + norm.relu(h) * math.sqrt(2.0)
+            step = torch.compile(act, backend="eager", fullgraph=True, dynamic=None)
+            return step(h) + torch.finfo(x.dtype).eps
+    """) == []
+
+
+def test_the_namespace_modules_are_what_the_problem_sets_export():
+    """The screen follows `nn.`, `F.` ... as the modules the subject's namespace binds them to."""
+    import types
+
+    from grader.isolation.static_check import ALWAYS_IN_NAMESPACE, NAMESPACE_MODULES
+    from grader.isolation.subject import namespace_for
+
+    for ps in assign.assignments(ROOT):
+        namespace = namespace_for(f"grader.problems.{ps}", name=f"__screen_test_{ps}__")
+        assert set(ALWAYS_IN_NAMESPACE) <= set(namespace)
+        for name, value in namespace.items():
+            if isinstance(value, types.ModuleType):
+                assert NAMESPACE_MODULES.get(name) == value.__name__, (ps, name)

@@ -557,6 +557,22 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx
     return torch.fx.GraphModule(traced, traced.graph), fake
 
 
+def tensor_operation_names() -> frozenset:
+    """The public names of torch's tensor operations (``torch.add``, ``torch.where`` ...): the
+    functions of ``torch._C._VariableFunctions`` that ``torch`` exports, and those of
+    ``torch.functional`` (``einsum``, ``split`` ...)."""
+    import torch.functional
+
+    native = {n for n in dir(torch._C._VariableFunctions) if not n.startswith("_")}
+    return frozenset(n for n in native | set(torch.functional.__all__) if hasattr(torch, n))
+
+
+def is_higher_order_operator(target) -> bool:
+    """Is ``target`` a higher-order operator (``torch.ops.higher_order.cond`` ...): an operator
+    that takes subgraphs as arguments (``torch._ops.HigherOrderOperator``)?"""
+    return isinstance(target, torch._ops.HigherOrderOperator)
+
+
 def host_reads(gm: torch.fx.GraphModule) -> list[str]:
     """The nodes of a graph Dynamo captured that read a tensor's value into Python (``.item()``,
     ``int(t)``, ``.tolist()``), each as the last line of its stack trace (the learner's line).
@@ -567,7 +583,9 @@ def host_reads(gm: torch.fx.GraphModule) -> list[str]:
     here, in Dynamo's own graph, instead. A Python number that Dynamo passes in as a 0-d tensor
     and reads back (a layer norm's ``eps`` under ``dynamic=True``) is not a read of the data."""
     found = []
-    for node in gm.graph.nodes:
+    nodes = [n for sub in gm.modules() if isinstance(sub, torch.fx.GraphModule)
+             for n in sub.graph.nodes]   # a torch.cond branch is a graph of its own
+    for node in nodes:
         reads = (node.op == "call_method" and node.target in ("item", "tolist")) or \
             (node.op == "call_function" and node.target in (torch.Tensor.item, torch.Tensor.tolist,
                                                             torch.ops.aten._local_scalar_dense.default,
@@ -601,25 +619,22 @@ class DataDependent(Exception):
     """A graph's shapes or control depend on tensor values (a host sync, a data-dependent shape)."""
 
 
-def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> int:
+def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int,
+             subgraph_calls: Callable[[Any, tuple], list] = lambda target, args: []) -> int:
     """Run ``gm`` on fake copies of ``args`` (no real memory, no real work): raises
     :class:`DataDependent` when a node needs tensor values to know its output (``.item()``,
     ``nonzero``, a boolean mask: anything the grader's definition of one graph refuses), and
     ``ValueError`` when a node would make a tensor of more than ``max_elements`` elements.
+    ``subgraph_calls(target, args)``: the ``(subgraph, operands)`` a higher-order operator's
+    node may run (both branches of a cond), each run the same way first, so the checks reach
+    inside them.
 
     Returns the most bytes the graph's own tensors hold at once (each node's outputs live from
-    the node until its last user has run; views counted as copies, so an upper bound): what a
-    real run would need beyond its inputs and weights."""
+    the node until its last user has run; views counted as copies, a subgraph's own tensors
+    counted while it runs: an upper bound): what a real run would need beyond its inputs and
+    weights."""
     from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                                DynamicOutputShapeException, FakeTensorMode)
-
-    last_use: dict = {}
-    for node in gm.graph.nodes:
-        for used in node.all_input_nodes:
-            last_use[used] = node
-    freed_after: dict = {}
-    for used, node in last_use.items():
-        freed_after.setdefault(node, []).append(used)
 
     def nbytes(value) -> int:
         if isinstance(value, torch.Tensor):
@@ -628,21 +643,43 @@ def fake_run(gm: torch.fx.GraphModule, args: list, *, max_elements: int) -> int:
             return sum(nbytes(v) for v in value)
         return 0
 
-    held = {"live": 0, "peak": 0, "sizes": {}}
+    held = {"live": 0, "peak": 0}
 
     class Checked(torch.fx.Interpreter):
+        def __init__(self, module):
+            super().__init__(module)
+            last_use: dict = {}
+            for node in module.graph.nodes:
+                for used in node.all_input_nodes:
+                    last_use[used] = node
+            self.freed_after: dict = {}
+            for used, node in last_use.items():
+                self.freed_after.setdefault(node, []).append(used)
+            self.sizes: dict = {}
+
+        def run(self, *operands):
+            before = held["live"]
+            try:
+                return super().run(*operands)
+            finally:
+                held["live"] = before     # a subgraph's tensors are gone once it has returned
+
         def run_node(self, n):
+            if n.op == "call_function" and is_higher_order_operator(n.target):
+                args, _ = self.fetch_args_kwargs_from_env(n)
+                for sub, operands in subgraph_calls(n.target, args):
+                    Checked(sub).run(*operands)
             out = super().run_node(n)
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(t, torch.Tensor) and t.numel() > max_elements:
                     raise ValueError(f"node {n.name} makes a tensor of {t.numel()} elements")
             if n.op not in ("placeholder", "output"):
                 size = nbytes(out)
-                held["sizes"][n] = size
+                self.sizes[n] = size
                 held["live"] += size
                 held["peak"] = max(held["peak"], held["live"])
-            for done in freed_after.get(n, ()):
-                held["live"] -= held["sizes"].pop(done, 0)
+            for done in self.freed_after.get(n, ()):
+                held["live"] -= self.sizes.pop(done, 0)
             return out
 
     mode = FakeTensorMode(allow_non_fake_inputs=False)

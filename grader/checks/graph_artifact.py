@@ -5,25 +5,33 @@ The subject (the process that runs learner code) compiles the learner's model wi
 (:func:`capture`), and ships it as data (:func:`to_wire`): the operators with their arguments in
 JSON, tensors as raw bytes, where each graph input comes from (a parameter of the model by its
 name, a buffer, an input of the call, the size of an input), which graph output the call returns
-and which buffers it writes back. Nothing in it is code and nothing is pickled.
+and which buffers it writes back. A higher-order operator's subgraphs (the two branches of a
+``torch.cond``) travel the same way, as graphs of their own. Nothing in it is code and nothing is
+pickled.
 
 The judge (which never runs learner code) rebuilds it (:func:`load`) only after checking it:
 
 - every operator is on :data:`ALLOWED_ATEN` (or one of a few Python operators on sizes): no
   custom operator, no ``.item()``, no data-dependent output shape, no raw memory access, nothing
   random; every argument is a number, a boolean, a short word, a dtype, a device of the judge's,
-  or an earlier node;
+  or an earlier node; a ``torch._check`` on a size travels as a run-time assertion, with the
+  judge's own message;
+- of the higher-order operators only ``torch.cond`` (:data:`ALLOWED_HIGHER_ORDER`): its branches
+  are checked like the graph, a subgraph may stand only where ``cond`` takes one, and a
+  subgraph's nodes count each time it is called; every other one (``while_loop``, ``map``, a
+  nested compile region, ...) is refused by name;
 - sizes are bounded (nodes, constants, buffers), parameters are the judge's own copy of the
   problem's weights (by name: a parameter the problem does not have is refused), and a buffer
   the learner added arrives as bytes;
 - run on fake tensors first (:func:`grader.checks._torch_internals.fake_run`), no node may need
-  tensor values to know its output, nor make a tensor beyond the size limit.
+  tensor values to know its output, nor make a tensor beyond the size limit (in both branches of
+  a ``cond`` too).
 
 What the judge then does with it (runs it on inputs it chose, compares it with the baseline on
 every shape and step the problem uses, compiles it with Inductor, counts its kernels, times it)
 is in :mod:`grader.isolation.judge`.
 
-Why one long module (~600 lines): the wire format of a graph, its allow-list and its checks
+Why one long module (~800 lines): the wire format of a graph, its allow-list and its checks
 are one trust boundary; split, a change to the format could miss the check that guards it.
 """
 from __future__ import annotations
@@ -39,12 +47,14 @@ import torch
 from grader.checks import _torch_internals as ti
 from grader.checks.wire import DTYPES, Packer, ProtocolError, decode
 
-FORMAT = "course-graph/1"
+FORMAT = "course-graph/2"
 MAX_NODES = 20_000
 MAX_CONSTANT_BYTES = 64 * 1024 ** 2
 MAX_BUFFER_BYTES = 512 * 1024 ** 2
 MAX_ELEMENTS = 1 << 27          # per tensor a node may make (512 MiB of float32)
+MAX_SUBGRAPHS = 256
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,79}$")
+_SUBGRAPH_NAME = re.compile(r"^g[0-9]{1,4}$")
 _FQN = re.compile(r"^[A-Za-z0-9_]{1,80}(\.[A-Za-z0-9_]{1,80}){0,15}$")
 _WORD = re.compile(r"^[A-Za-z0-9_,.\->\s]{0,64}$")
 
@@ -126,6 +136,8 @@ def target_name(target) -> str:
         return f"{namespace}.{packet}.{overload or 'default'}"
     if target in _PYTHON_NAMES:
         return _PYTHON_NAMES[target]
+    if ti.is_higher_order_operator(target):
+        return f"higher_order.{target.name()}"
     return f"{getattr(target, '__module__', '?')}.{getattr(target, '__name__', repr(target))}"
 
 
@@ -161,10 +173,28 @@ _REFUSED_WHY = {
     "resize_": "it replaces a tensor's memory", "dropout": "it is random",
     "native_dropout": "it is random", "rand": "it is random", "randn": "it is random",
     "bernoulli": "it is random", "randint": "it is random",
-    "_assert_scalar": "it checks a size that depends on the data (a data-dependent shape, e.g. a "
-                      "boolean mask: use torch.where)",
     "sym_constrain_range_for_size": "it bounds a size that depends on the data (a data-dependent "
                                     "shape)",
+}
+
+
+# Higher-order operators (operators that take subgraphs) the judge runs: ``torch.cond``, which
+# chapter 4 teaches. Its branches travel as data and are checked like the graph; it runs one of
+# them once per call on operands of known shapes, so the judge knows the work before it runs
+# anything. Every other one arrives as data too and is refused by name.
+ALLOWED_HIGHER_ORDER: dict[str, Callable] = {"cond": torch.ops.higher_order.cond}
+_REFUSED_HIGHER_ORDER_WHY = {
+    "while_loop": "how many times it runs its body depends on the data, so the judge cannot bound "
+                  "its work before running it (a loop over a fixed count can be written in Python: "
+                  "Dynamo unrolls it)",
+    "map_impl": "the grader does not run torch's prototype `map` (a loop over a fixed count can "
+                "be written in Python, which Dynamo unrolls, or vectorised)",
+    "scan": "the grader does not run torch's prototype `scan` (a loop over a fixed count can be "
+            "written in Python, which Dynamo unrolls, or vectorised)",
+    "associative_scan": "the grader does not run torch's prototype `associative_scan` (use "
+                        "torch.cumsum / torch.cumprod, or vectorise)",
+    "invoke_subgraph": "the grader does not run a nested compile region "
+                       "(torch.compiler.nested_compile_region): call the function directly",
 }
 
 
@@ -302,32 +332,74 @@ def _encode_arg(a, names: dict) -> Any:
     raise CaptureError(f"a graph argument of type {type(a).__name__} cannot travel")
 
 
+class _Encoder:
+    """Writes a captured graph, and the subgraphs its higher-order operators call, as data."""
+
+    def __init__(self, packer: Packer) -> None:
+        self.packer = packer
+        self.constants: dict[str, dict] = {}
+        self.subgraphs: list[dict] = []
+        self._subgraph_keys: dict[int, str] = {}
+
+    def graph(self, gm: torch.fx.GraphModule) -> tuple[int, list, Any, bool]:
+        """(inputs, nodes, outputs, single) of ``gm``; its subgraphs go to :attr:`subgraphs`
+        first (a subgraph is written before anything that calls it)."""
+        names: dict = {}
+        nodes: list[dict] = []
+        placeholders, graph_outputs, single = 0, [], False
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                names[node] = f"a{placeholders}"
+                placeholders += 1
+            elif node.op == "get_attr":
+                value = _attribute(gm, node.target)
+                if isinstance(value, torch.fx.GraphModule):
+                    key = self.subgraph(value)
+                elif isinstance(value, torch.Tensor):
+                    key = f"c{len(self.constants)}"
+                    self.constants[key] = self.packer.tensor(value)
+                else:
+                    raise CaptureError(f"the graph holds `{node.target}`, a "
+                                       f"{type(value).__name__}, which cannot travel as data")
+                names[node] = f"v{len(nodes)}"
+                nodes.append({"op": "get_attr", "name": names[node], "target": key})
+            elif node.op == "call_function":
+                names[node] = f"v{len(nodes)}"
+                nodes.append({"op": "call_function", "name": names[node],
+                              "target": target_name(node.target),
+                              "args": _encode_arg(list(node.args), names),
+                              "kwargs": {k: _encode_arg(v, names) for k, v in node.kwargs.items()}})
+            elif node.op == "output":
+                single = not isinstance(node.args[0], (tuple, list))
+                outs = (node.args[0],) if single else node.args[0]
+                graph_outputs = [_encode_arg(o, names) for o in outs]
+            else:
+                raise CaptureError(f"a graph node of kind {node.op} cannot travel")
+        return placeholders, nodes, graph_outputs, single
+
+    def subgraph(self, gm: torch.fx.GraphModule) -> str:
+        if id(gm) not in self._subgraph_keys:
+            inputs, nodes, outputs, single = self.graph(gm)
+            key = f"g{len(self.subgraphs)}"
+            self.subgraphs.append({"name": key, "inputs": inputs, "nodes": nodes,
+                                   "graph_outputs": outputs, "single": single})
+            self._subgraph_keys[id(gm)] = key
+        return self._subgraph_keys[id(gm)]
+
+
+def _attribute(gm: torch.nn.Module, target: str):
+    value = gm
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
 def to_wire(captured: Captured, packer: Packer) -> dict:
-    """``captured`` as a JSON-able header; its tensors go into ``packer``'s blob."""
-    names: dict = {}
-    nodes, constants = [], {}
-    gm = captured.graph
-    placeholders = 0
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            names[node] = f"a{placeholders}"
-            placeholders += 1
-        elif node.op == "get_attr":
-            key = f"c{len(constants)}"
-            constants[key] = packer.tensor(getattr(gm, node.target))
-            names[node] = key
-            nodes.append({"op": "get_attr", "name": key, "target": key})
-        elif node.op == "call_function":
-            names[node] = f"v{len(nodes)}"
-            nodes.append({"op": "call_function", "name": names[node],
-                          "target": target_name(node.target),
-                          "args": _encode_arg(list(node.args), names),
-                          "kwargs": {k: _encode_arg(v, names) for k, v in node.kwargs.items()}})
-        elif node.op == "output":
-            outs = node.args[0] if isinstance(node.args[0], (tuple, list)) else (node.args[0],)
-            graph_outputs = [_encode_arg(o, names) for o in outs]
-        else:
-            raise CaptureError(f"a graph node of kind {node.op} cannot travel")
+    """``captured`` as a JSON-able header; its tensors go into ``packer``'s blob. A higher-order
+    operator's subgraphs (a ``torch.cond`` branch) travel as data too, in ``subgraphs``; whether
+    the judge runs them is :func:`load`'s decision."""
+    encoder = _Encoder(packer)
+    placeholders, nodes, graph_outputs, _ = encoder.graph(captured.graph)
     if placeholders != len(captured.slots):
         raise CaptureError("the graph's inputs and their sources disagree")
     slots = []
@@ -336,9 +408,9 @@ def to_wire(captured: Captured, packer: Packer) -> dict:
         if slot["kind"] in ("buffer", "constant"):
             out["value"] = packer.tensor(slot["value"])
         slots.append(out)
-    return {"format": FORMAT, "slots": slots, "nodes": nodes, "constants": constants,
-            "graph_outputs": graph_outputs, "outputs": captured.outputs,
-            "single": captured.single, "stores": captured.stores}
+    return {"format": FORMAT, "slots": slots, "nodes": nodes, "constants": encoder.constants,
+            "subgraphs": encoder.subgraphs, "graph_outputs": graph_outputs,
+            "outputs": captured.outputs, "single": captured.single, "stores": captured.stores}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,7 +500,7 @@ def _tensor(value, blob: bytes) -> torch.Tensor:
     return t
 
 
-def _decode_arg(a, env: dict, device: torch.device, depth: int = 0):
+def _decode_arg(a, env: dict, device: torch.device, depth: int = 0, subgraphs: dict = {}):
     _require(depth <= 6, "a graph argument is nested too deeply")
     if a is None or isinstance(a, (bool, int)):
         return a
@@ -439,11 +511,13 @@ def _decode_arg(a, env: dict, device: torch.device, depth: int = 0):
         return a
     if isinstance(a, list):
         _require(len(a) <= 4096, "a graph argument is a list that is too long")
-        return [_decode_arg(x, env, device, depth + 1) for x in a]
+        return [_decode_arg(x, env, device, depth + 1, subgraphs) for x in a]
     _require(isinstance(a, dict) and len(a) == 1, "malformed graph argument")
     (kind, value), = a.items()
     if kind == "n":
         _require(value in env, f"a node refers to {str(value)[:40]!r}, which is not an earlier node")
+        _require(value not in subgraphs, "a subgraph may be given only to a higher-order operator "
+                                         "that calls it")
         return env[value]
     if kind == "float":
         _require(value in ("inf", "-inf", "nan"), "malformed float")
@@ -487,7 +561,6 @@ def _load(header: dict, blob: bytes, baseline: torch.nn.Module, device: torch.de
     params = dict(baseline.named_parameters(remove_duplicate=False))
     buffers = dict(baseline.named_buffers(remove_duplicate=False))
     plan, extra, constant_bytes, buffer_bytes = [], {}, 0, 0
-    constants: dict[str, torch.Tensor] = {}
     for slot in slots:
         kind = slot.get("kind") if isinstance(slot, dict) else None
         if kind == "param":
@@ -522,36 +595,33 @@ def _load(header: dict, blob: bytes, baseline: torch.nn.Module, device: torch.de
             plan.append(("value", number))
         else:
             raise GraphRefused(f"unknown graph input kind {str(kind)[:20]!r}")
-    graph = torch.fx.Graph()
-    env: dict[str, Any] = {f"a{i}": graph.placeholder(f"a{i}") for i in range(len(slots))}
-    root = torch.nn.Module()
-    operators = []
-    for ref, value in (header.get("constants") or {}).items():
+    root = torch.nn.Module()   # holds the constants and subgraphs every graph may read
+    constants: set[str] = set()
+    raw_constants = header.get("constants") or {}
+    _require(isinstance(raw_constants, dict), "malformed constants")
+    for ref, value in raw_constants.items():
         _require(bool(_NAME.match(ref)), "malformed constant name")
         t = _tensor(value, blob)
         constant_bytes += t.numel() * t.element_size()
         _require(constant_bytes <= MAX_CONSTANT_BYTES, "the graph's constants are too large")
-        constants[ref] = t.to(device)
-        root.register_buffer(ref, constants[ref], persistent=False)
-    for node in nodes:
-        _require(isinstance(node, dict) and isinstance(node.get("name"), str)
-                 and bool(_NAME.match(node["name"])) and node["name"] not in env,
-                 "malformed or repeated node name")
-        if node["op"] == "get_attr":
-            _require(node["target"] in constants, "a node reads a constant that was not sent")
-            env[node["name"]] = graph.get_attr(node["target"])
-            continue
-        _require(node["op"] == "call_function", f"node kind {str(node['op'])[:20]!r} is not allowed")
-        target = resolve_target(node["target"])
-        operators.append(node["target"])
-        args = _decode_arg(node["args"], env, device)
-        kwargs = node.get("kwargs") or {}
-        _require(isinstance(kwargs, dict) and all(isinstance(k, str) and _NAME.match(k)
-                                                  for k in kwargs), "malformed keyword arguments")
-        kwargs = {k: _decode_arg(v, env, device) for k, v in kwargs.items()}
-        env[node["name"]] = graph.call_function(target, tuple(args), kwargs)
-    graph_outputs = [_decode_arg(o, env, device) for o in header["graph_outputs"]]
-    graph.output(tuple(graph_outputs))
+        root.register_buffer(ref, t.to(device), persistent=False)
+        constants.add(ref)
+    builder = _GraphBuilder(root, constants, device)
+    raw_subgraphs = header.get("subgraphs") or []
+    _require(isinstance(raw_subgraphs, list) and len(raw_subgraphs) <= MAX_SUBGRAPHS,
+             f"a graph may call at most {MAX_SUBGRAPHS} subgraphs")
+    for sub in raw_subgraphs:
+        _require(isinstance(sub, dict) and isinstance(sub.get("name"), str)
+                 and bool(_SUBGRAPH_NAME.match(sub["name"])) and sub["name"] not in constants
+                 and sub["name"] not in builder.subgraphs, "malformed or repeated subgraph name")
+        inputs = sub["inputs"]
+        _require(isinstance(inputs, int) and 0 <= inputs <= 4096, "malformed subgraph inputs")
+        graph, _ = builder.build(inputs, sub["nodes"], sub["graph_outputs"], sub["single"])
+        builder.add_subgraph(sub["name"], graph)
+    graph, graph_outputs = builder.build(len(slots), nodes, header["graph_outputs"], False)
+    _require(builder.cost_of(graph) <= MAX_NODES,
+             f"a graph may have at most {MAX_NODES} nodes, counting a subgraph's nodes each time "
+             f"a higher-order operator calls it")
     n_out = len(graph_outputs)
     outputs = header["outputs"]
     _require(isinstance(outputs, list) and 1 <= len(outputs) <= 16
@@ -563,13 +633,140 @@ def _load(header: dict, blob: bytes, baseline: torch.nn.Module, device: torch.de
     _require(isinstance(stores, list) and all(
         isinstance(s, list) and len(s) == 2 and (s[0] in buffers or s[0] in extra)
         and isinstance(s[1], int) and 0 <= s[1] < n_out for s in stores), "malformed buffer stores")
-    try:
-        graph.lint()
-    except Exception as exc:
-        raise GraphRefused(f"the graph is not well formed ({str(exc)[:160]})") from None
     gm = torch.fx.GraphModule(root, graph)
     return LoadedGraph(gm, tuple(plan), tuple(outputs), single, tuple(tuple(s) for s in stores),
-                       extra, tuple(operators))
+                       extra, tuple(builder.operators))
+
+
+class _GraphBuilder:
+    """Rebuilds checked graphs from data: the main graph and the subgraphs its higher-order
+    operators call. A subgraph may call only subgraphs sent before it (no cycles), and may be
+    named only where a higher-order operator takes a subgraph."""
+
+    def __init__(self, root: torch.nn.Module, constants: set[str], device: torch.device):
+        self.root, self.constants, self.device = root, constants, device
+        self.subgraphs: dict[str, int] = {}      # name -> its cost (nodes, calls expanded)
+        self.operators: list[str] = []
+        self._costs: dict[int, int] = {}         # id(fx.Graph) -> cost
+        self.defined = 0                         # nodes in all graphs, as sent
+
+    def add_subgraph(self, name: str, graph: torch.fx.Graph) -> None:
+        self.subgraphs[name] = self.cost_of(graph)
+        self.root.add_module(name, torch.fx.GraphModule(self.root, graph))
+
+    def cost_of(self, graph: torch.fx.Graph) -> int:
+        return self._costs[id(graph)]
+
+    def build(self, inputs: int, nodes, outputs, single) -> tuple[torch.fx.Graph, list]:
+        _require(isinstance(nodes, list) and len(nodes) <= MAX_NODES
+                 and isinstance(outputs, list) and isinstance(single, bool)
+                 and (len(outputs) == 1 or not single),
+                 f"a graph may have at most {MAX_NODES} nodes")
+        graph = torch.fx.Graph()
+        env: dict[str, Any] = {f"a{i}": graph.placeholder(f"a{i}") for i in range(inputs)}
+        called: dict[str, str] = {}               # env name of a subgraph -> the subgraph
+        cost = len(nodes)
+        self.defined += len(nodes)
+        _require(self.defined <= MAX_NODES, f"a graph may have at most {MAX_NODES} nodes, its "
+                                            f"subgraphs' included")
+        for node in nodes:
+            _require(isinstance(node, dict) and isinstance(node.get("name"), str)
+                     and bool(_NAME.match(node["name"])) and node["name"] not in env,
+                     "malformed or repeated node name")
+            if node["op"] == "get_attr":
+                target = node["target"]
+                if target in self.subgraphs:
+                    called[node["name"]] = target
+                else:
+                    _require(target in self.constants, "a node reads a constant that was not sent")
+                env[node["name"]] = graph.get_attr(target)
+                continue
+            _require(node["op"] == "call_function",
+                     f"node kind {str(node['op'])[:20]!r} is not allowed")
+            kwargs = node.get("kwargs") or {}
+            _require(isinstance(kwargs, dict)
+                     and all(isinstance(k, str) and _NAME.match(k) for k in kwargs),
+                     "malformed keyword arguments")
+            if str(node["target"]).startswith("higher_order."):
+                target, args, subgraphs = _higher_order_call(node["target"], node["args"], kwargs,
+                                                             env, called, self.device)
+                cost += sum(self.subgraphs[g] for g in subgraphs)
+                kwargs = {}
+            elif node["target"] == _ASSERT_SCALAR:
+                target, args = _size_assertion(node["args"], env, self.device, called)
+                kwargs = {}
+            else:
+                target = resolve_target(node["target"])
+                args = tuple(_decode_arg(node["args"], env, self.device, subgraphs=called))
+                kwargs = {k: _decode_arg(v, env, self.device, subgraphs=called)
+                          for k, v in kwargs.items()}
+            self.operators.append(node["target"])
+            _require(cost <= MAX_NODES, f"a graph may have at most {MAX_NODES} nodes, counting a "
+                                        f"subgraph's nodes each time a higher-order operator "
+                                        f"calls it")
+            env[node["name"]] = graph.call_function(target, args, kwargs)
+        graph_outputs = [_decode_arg(o, env, self.device, subgraphs=called) for o in outputs]
+        graph.output(graph_outputs[0] if single else tuple(graph_outputs))
+        try:
+            graph.lint()
+        except Exception as exc:
+            raise GraphRefused(f"the graph is not well formed ({str(exc)[:160]})") from None
+        self._costs[id(graph)] = cost
+        return graph, graph_outputs
+
+
+_ASSERT_SCALAR = "aten._assert_scalar.default"
+
+
+def _size_assertion(args, env: dict, device: torch.device, called: dict) -> tuple[Callable, tuple]:
+    """``torch._check(T <= SEQ)`` on a size: the graph asserts it at run time
+    (``aten._assert_scalar``). Its condition must be computed by the graph (from sizes: a value
+    read from a tensor is refused where it is read); the message the subject sent is replaced by
+    the judge's own."""
+    _require(isinstance(args, list) and len(args) == 2, "malformed arguments of _assert_scalar")
+    condition = _decode_arg(args[0], env, device, subgraphs=called)
+    _require(isinstance(condition, (torch.fx.Node, bool)),
+             "_assert_scalar must check a condition the graph computes")
+    return torch.ops.aten._assert_scalar.default, (condition, "a torch._check in your code failed")
+
+
+def _higher_order_call(name, args, kwargs: dict, env: dict, called: dict,
+                       device: torch.device) -> tuple[Callable, tuple, list[str]]:
+    """A higher-order operator's node, checked: (the operator, its arguments, the subgraphs it
+    calls). Only :data:`ALLOWED_HIGHER_ORDER` are run, each with the layout of its arguments
+    checked (a subgraph exactly where it takes one, and nowhere else)."""
+    op = str(name).removeprefix("higher_order.")
+    if op not in ALLOWED_HIGHER_ORDER:
+        why = _REFUSED_HIGHER_ORDER_WHY.get(op, "it is not on the grader's list of operators "
+                                                "(of the operators that take subgraphs, only "
+                                                "torch.cond)")
+        raise GraphRefused(f"the higher-order operator {str(name)[:60]!r} is not allowed: {why}")
+    _require(isinstance(args, list) and not kwargs, f"malformed arguments of {op}")
+
+    def subgraph(a) -> tuple[Any, str]:
+        _require(isinstance(a, dict) and set(a) == {"n"} and a["n"] in called,
+                 f"{op} must be given a subgraph where it calls one")
+        return env[a["n"]], called[a["n"]]
+
+    def operands(values) -> list:
+        _require(isinstance(values, list), f"malformed operands of {op}")
+        return [_decode_arg(v, env, device, subgraphs=called) for v in values]
+
+    # cond(pred, true_graph, false_graph, operands)
+    _require(len(args) == 4, "malformed arguments of cond")
+    pred = _decode_arg(args[0], env, device, subgraphs=called)
+    _require(isinstance(pred, torch.fx.Node), "cond's condition must be computed by the graph")
+    (true_fn, true_name), (false_fn, false_name) = subgraph(args[1]), subgraph(args[2])
+    return (ALLOWED_HIGHER_ORDER[op], (pred, true_fn, false_fn, tuple(operands(args[3]))),
+            [true_name, false_name])
+
+
+def subgraph_calls(target, args: tuple) -> list[tuple]:
+    """The (subgraph, operands) pairs an allowed higher-order operator's node may run (both
+    branches of a cond), for the fake run to check inside them too."""
+    if target is ALLOWED_HIGHER_ORDER["cond"]:
+        return [(args[1], tuple(args[3])), (args[2], tuple(args[3]))]
+    return []
 
 
 def check_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> int:
@@ -591,7 +788,8 @@ def check_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> int:
         else:
             values.append(ref)
     try:
-        return ti.fake_run(loaded.graph, values, max_elements=MAX_ELEMENTS)
+        return ti.fake_run(loaded.graph, values, max_elements=MAX_ELEMENTS,
+                           subgraph_calls=subgraph_calls)
     except ti.DataDependent as exc:
         raise GraphRefused(f"a node needs tensor values to know its output (a host sync or a "
                            f"data-dependent shape, which one graph as the grader defines it "
