@@ -46,7 +46,7 @@ def test_student_config_names_the_course_and_is_documented():
 
 
 def test_the_guides_name_the_problem_sets_with_written_answers():
-    """docs/jupyterhub.md and the README say which problem sets hold written answers graded by
+    """docs/jupyterhub.md and docs/grading.md say which problem sets hold written answers graded by
     hand: the ones whose source notebook has a graded markdown cell."""
     import re
 
@@ -60,7 +60,7 @@ def test_the_guides_name_the_problem_sets_with_written_answers():
                for c in cells):
             written.append(ps)
     assert written == [f"ps{n}" for n in range(3, 8)], written
-    for guide in ("docs/jupyterhub.md", "README.md"):
+    for guide in ("docs/jupyterhub.md", "docs/grading.md"):
         said = re.findall(r"[Ww]ritten answers \((ps\d) to (ps\d)\)", open(os.path.join(ROOT, guide)).read())
         assert said and all(pair == (written[0], written[-1]) for pair in said), (guide, said)
 
