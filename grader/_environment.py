@@ -7,6 +7,9 @@ Modules import the names from here instead of spelling the strings; the release'
 # --- Set by a person ----------------------------------------------------------------------------
 SIZE = "COURSE_SIZE"
 """Chapter sizes: ``full`` (default on CUDA), ``small`` (default on CPU) or ``ci`` (tiny shapes)."""
+LONG = "COURSE_LONG"
+"""``1``: the chapters also run their long demonstrations, which are opt-in (each cell with one
+shows its recorded figures otherwise; ``grader/course/chapters/recorded.json``)."""
 RECORD = "COURSE_RECORD"
 """A JSON file the chapters append their measured figures to (``make gpu-check``, the tests)."""
 ROOT = "COURSE_ROOT"

@@ -81,6 +81,9 @@ DELEGATED = {
                                                         "run_autograder per problem set"),
     "gpu-check-chapters": ("grader.tools.gpu_check_chapters", "every chapter at full size on CUDA, "
                                                         "with the claims it measured"),
+    "record-long-demos": ("grader.tools.record_long_demos", "measure the chapters' opt-in long "
+                                                            "demonstrations once, for the figures "
+                                                            "their cells show by default"),
 }
 
 

@@ -45,6 +45,26 @@ def test_student_config_names_the_course_and_is_documented():
     assert "release/nbgrader_config.py" in guide
 
 
+def test_the_guides_name_the_problem_sets_with_written_answers():
+    """docs/jupyterhub.md and docs/grading.md say which problem sets hold written answers graded by
+    hand: the ones whose source notebook has a graded markdown cell."""
+    import re
+
+    from grader.cohort.assign import assignments
+
+    written = []
+    for ps in assignments(ROOT):
+        with open(os.path.join(ROOT, "source", ps, f"{ps}.ipynb")) as fh:
+            cells = json.load(fh)["cells"]
+        if any(c["cell_type"] == "markdown" and (c["metadata"].get("nbgrader") or {}).get("grade")
+               for c in cells):
+            written.append(ps)
+    assert written == [f"ps{n}" for n in range(3, 8)], written
+    for guide in ("docs/jupyterhub.md", "docs/grading.md"):
+        said = re.findall(r"[Ww]ritten answers \((ps\d) to (ps\d)\)", open(os.path.join(ROOT, guide)).read())
+        assert said and all(pair == (written[0], written[-1]) for pair in said), (guide, said)
+
+
 # ---------------------------------------------------------------------------------------------
 # The exchange: both configurations name the same folder (COURSE_EXCHANGE, else nbgrader's default)
 

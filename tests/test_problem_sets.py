@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,8 +97,8 @@ def _fill_solutions(release_nb: dict, source_nb: dict) -> dict:
 
 def test_self_check_outside_nbgrader(tmp_path):
     """A student's copy of ps3 (no source/ anywhere near it), solved, run in a plain kernel:
-    every self-check passes (q1's rule on jobs drawn around this machine's break-even), and
-    nothing reaches stderr."""
+    every self-check passes (q1's rule on jobs drawn around this machine's break-even), the
+    explore cell's first calls each compile, and nothing reaches stderr."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -128,6 +129,14 @@ def test_self_check_outside_nbgrader(tmp_path):
     for out in text:
         assert "[PASS]" in out and "[FAIL]" not in out, out
     assert "(self-check: the hidden jobs were drawn around this machine's break-even" in text[0]
+    # the explore cell's first calls are compiles, each from an empty Dynamo cache: a new TinyMLP
+    # would otherwise reuse an earlier compile of TinyMLP.forward in the same mode
+    [explore] = ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")
+                 for c in nb.cells if c.cell_type == "code"
+                 and c.source.startswith("# Explore (not graded): each choice's cold first call")]
+    for mode, graphs in (("none", 0), ("default", 1), ("reduce-overhead", 1)):
+        assert re.search(rf"^{re.escape(mode)} +first call +[\d.]+ s \({graphs} graph\(s\) compiled\)",
+                         explore, re.M), (mode, explore)
     assert "[PASS] ps3.q1 the rule's choices on hidden jobs" in text[0], text[0]
     assert "measured against the reference" not in text[0]
 

@@ -9,16 +9,20 @@ design plants, and the points need the diagnosis.
 - the blind rewrites a learner tries before diagnosing (``floor(t / B)``, float64, whole readings,
   ``torch.bucketize``, ``torch.div(..., rounding_mode="floor")``, the bucket behind
   ``torch.compiler.disable``, the counter removed only) each fail a check the fix passes;
-- the demo personas score what ``grader/cohort/demo_expected.json`` says.
+- the demo personas score what ``grader/cohort/demo_expected.json`` says;
+- run top to bottom, the learner's notebook shows what its questions ask about (question 3's
+  recompile log).
 """
 from __future__ import annotations
 
 import os
+import re
 import runpy
 
 import pytest
 import torch
 
+import notebook_solutions as sol
 from grader import chapters as ch
 from grader.checks import _torch_internals as ti
 from grader.cohort.demo import expected_scores
@@ -183,3 +187,34 @@ def test_demo_personas_score_what_demo_expected_says(judge, persona):
     student = {"partial": "ben_partial", "slow": "dee_slow", "wrong": "eve_wrong"}[persona]
     results = grade(judge, PERSONAS[persona]["ps7-q1-solution"], reference="auto")
     assert points(results) == expected_scores()["ps7"][student], results["ps7.q1"]["checks"]
+
+
+def test_run_top_to_bottom_question_3_shows_the_recompile_log(tmp_path):
+    """The learner's notebook, solved, run top to bottom in one kernel (Jupyter's Run All): the
+    explore cell before question 3 already compiled ``SensorModel.forward`` for every value
+    ``readings_seen`` takes over six windows, so question 3's cell shows its log only because it
+    starts from an empty Dynamo cache."""
+    import json
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    with open(os.path.join(ROOT, "release", "ps7", "ps7.ipynb")) as fh:
+        release_nb = json.load(fh)
+    with open(os.path.join(ROOT, "source", "ps7", "ps7.ipynb")) as fh:
+        source_nb = json.load(fh)
+    nb = nbformat.reads(json.dumps(sol.fill_solutions(release_nb, source_nb)), as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": os.path.join(ROOT, "release", "ps7")}}).execute()
+
+    def text(marker: str) -> str:
+        [cell] = [c for c in nb.cells if c.cell_type == "code" and marker in c.source]
+        assert not [o for o in cell.outputs if o.output_type == "error"], cell.outputs
+        return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+    log = text("# Explore for question 3")
+    assert log.count("Recompiling function forward") == 5, log[-3000:]
+    for seen in (0, 2048, 4096, 6144, 8192):
+        assert f"self.readings_seen == {seen}" in log, seen
+    windows = [float(m) for m in re.findall(r"window \d: +([\d.]+) ms", text("# Explore (not graded)"))]
+    assert len(windows) == 6

@@ -588,6 +588,48 @@ def test_compiled_autograd_counters_and_config():
     assert ti.compiled_autograd_counters().get("captures", 0) == before + 1
 
 
+def test_compile_cache_counters_count_a_recompile_served_by_the_caches():
+    """A recompile of the same graph (only a guard changed) is served by AOTAutograd's and the FX
+    graph cache, which the counters show; the first compile in an empty cache misses both."""
+    class Counted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return torch.tanh(self.fc(x))
+
+    with ti.fresh_inductor_cache(), torch.no_grad():
+        before = ti.compile_cache_counters()
+        model = ti.compile_fresh(Counted())
+        model(torch.randn(2, 8))
+        first = ti.compile_cache_counters()
+        model(torch.randn(2, 8))
+        second = ti.compile_cache_counters()
+    assert first["fxgraph_cache_miss"] - before["fxgraph_cache_miss"] == 1
+    assert first["fxgraph_cache_hit"] == before["fxgraph_cache_hit"]
+    assert second["fxgraph_cache_hit"] - first["fxgraph_cache_hit"] == 1
+    assert second["autograd_cache_hit"] - first["autograd_cache_hit"] == 1
+
+
+def test_inductor_setting_and_cpp_flags():
+    assert ti.inductor_setting("fallback_random") is False
+    assert isinstance(ti.inductor_setting("triton.cudagraphs"), bool)
+    assert ti.inductor_setting("no_such_setting") is None
+    assert ti.inductor_setting("triton.no_such_setting") is None
+    compiler, flags = ti.inductor_cpp_flags()
+    assert compiler and "ffp-contract=off" in flags
+    # fast-math's flags first, then most of them taken back (cpp_builder.py, 2.8 and 2.14)
+    assert flags.index("funsafe-math-optimizations") < flags.index("fno-unsafe-math-optimizations")
+    assert flags.index("ffinite-math-only") < flags.index("fno-finite-math-only")
+    if ti.torch_at_least(2, 14):
+        assert "fmath-errno" in flags and "fno-math-errno" not in flags
+    elif not ti.torch_at_least(2, 9):
+        assert "fno-math-errno" in flags
+
+
 def test_inject_inductor_relu_bug_breaks_inductors_cpp():
     with ti.inject_inductor_relu_bug("compile_error"), ti.fresh_inductor_cache():
         with pytest.raises(Exception, match="C\\+\\+ compile error|CppCompileError"):

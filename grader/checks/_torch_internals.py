@@ -250,8 +250,9 @@ def compile_fresh(fn: Callable, **options) -> Callable:
 def own_automatic_dynamic_state() -> Iterator[None]:
     """Compile inside the block as if no frame had been seen before.
 
-    Automatic dynamic shapes remember, per function (keyed by file, line and name, not by code
-    object), which sizes changed between calls; an earlier compile of the same function would
+    Automatic dynamic shapes remember, per function (keyed by a hash of its file's contents, its
+    first line and name, and in torch 2.14 a hash of its closure; not by the code object:
+    ``CodeId`` in ``torch/_dynamo/pgo.py``), which sizes changed between calls; an earlier compile of the same function would
     make a check start out dynamic. The block starts from an empty record, and the record the
     process had before is put back afterwards (what the block learns is dropped).
     """
@@ -781,6 +782,47 @@ def compiled_autograd_counters() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
     return {k: int(v) for k, v in counters["compiled_autograd"].items()}
+
+
+def compile_cache_counters() -> dict[str, int]:
+    """Hits and misses so far in this process of Inductor's FX graph cache
+    (``counters["inductor"]["fxgraph_cache_hit"]`` / ``_miss``) and of AOTAutograd's cache
+    (``counters["aot_autograd"]["autograd_cache_hit"]`` / ``_miss``): compare before and after a
+    block. A hit serves a graph compiled before (in this process or an earlier one, from the
+    on-disk cache) without lowering it or compiling its code again."""
+    from torch._dynamo.utils import counters
+
+    return {"fxgraph_cache_hit": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "fxgraph_cache_miss": int(counters["inductor"]["fxgraph_cache_miss"]),
+            "autograd_cache_hit": int(counters["aot_autograd"]["autograd_cache_hit"]),
+            "autograd_cache_miss": int(counters["aot_autograd"]["autograd_cache_miss"])}
+
+
+def inductor_setting(name: str) -> Any:
+    """The current value of an Inductor setting (``torch._inductor.config``; a dotted name such
+    as ``"triton.cudagraphs"`` reaches into its sections), or ``None`` where this torch has no
+    such setting."""
+    import torch._inductor.config as cfg
+
+    value: Any = cfg
+    for part in name.split("."):
+        if not hasattr(value, part):
+            return None
+        value = getattr(value, part)
+    return value
+
+
+def inductor_cpp_flags() -> tuple[str, list[str]]:
+    """The C++ compiler Inductor uses for CPU code, and the optimization flags it passes
+    (``_get_optimization_cflags`` in ``torch/_inductor/cpp_builder.py``: ``O3``, the
+    floating-point flags, ``march=native`` ...), without their leading dash, in order."""
+    from torch._inductor import cpp_builder
+
+    compiler = cpp_builder.get_cpp_compiler()
+    flags = cpp_builder._get_optimization_cflags(compiler)
+    if isinstance(flags, tuple):  # torch 2.14: (cflags, ldflags); 2.8: the cflags alone
+        flags = flags[0]
+    return compiler, list(flags)
 
 
 def cudagraph_skips() -> int:

@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.course.chapters.core import DEVICE, quiet
+from grader.course.chapters.core import DEVICE, fresh_cache, quiet
 from grader.course.chapters.compile_time import run_python
 
 BISECT_BACKENDS = ("eager", "aot_eager", "aot_eager_decomp_partition", "inductor")
@@ -217,3 +217,83 @@ def cudagraph_skips() -> int:
     """How many times CUDA graphs were skipped so far in this process ("skipping cudagraphs due
     to ..."): compare before and after a block."""
     return ti.cudagraph_skips()
+
+
+def cudagraph_skip_report(fn: Callable, make_args: Callable[[], tuple],
+                          calls: int = 3) -> tuple[int, list[str]]:
+    """``fn`` compiled with ``mode="reduce-overhead"`` (a fresh copy, in a fresh Inductor cache,
+    so that it compiles, and logs, here) and called ``calls`` times, each on new arguments from
+    ``make_args()``: how many times CUDA graphs were skipped meanwhile (``cudagraph_skips``), and
+    the reasons logged ("skipping cudagraphs due to REASON": under ``perf_hints`` in torch 2.8,
+    ``cudagraphs`` in 2.14)."""
+    before = cudagraph_skips()
+    with fresh_cache(), logged(perf_hints=True, cudagraphs=True) as lines:
+        compiled = ti.compile_fresh(fn, mode="reduce-overhead")
+        for _ in range(calls):
+            compiled(*make_args())
+    said = "skipping cudagraphs due to"
+    return cudagraph_skips() - before, [ln.split(said, 1)[1].strip() for ln in lines if said in ln]
+
+
+def cache_counts() -> dict[str, int]:
+    """Hits and misses so far in this process of Inductor's FX graph cache and AOTAutograd's
+    cache (``fxgraph_cache_hit``, ``fxgraph_cache_miss``, ``autograd_cache_hit``,
+    ``autograd_cache_miss``): compare before and after a block (chapter 8 shows the caches)."""
+    return ti.compile_cache_counters()
+
+
+def inductor_setting(name: str):
+    """The current value of an Inductor setting (``"fallback_random"``, ``"graph_partition"``,
+    ``"triton.cudagraphs"`` ...), or ``None`` where this torch has no such setting."""
+    return ti.inductor_setting(name)
+
+
+# The floating-point options of GCC and Clang that -ffast-math sets, and the related ones.
+_FLOAT_OPTIONS = ("associative-math", "reciprocal-math", "signed-zeros", "trapping-math",
+                  "math-errno", "finite-math-only", "unsafe-math-optimizations", "fp-contract",
+                  "excess-precision", "fast-math")
+
+
+def cpp_float_flags() -> dict:
+    """What Inductor asks of its C++ compiler about floating point, and what the compiler makes
+    of it: ``{"compiler", "flags", "effective"}``. ``flags``: Inductor's floating-point flags, in
+    the order it passes them (a later flag overrides an earlier one); ``effective``: each
+    floating-point option's final state as GCC reports it (``g++ -Q --help=optimizers`` with
+    those flags: ``"enabled"``, ``"disabled"`` or a value such as ``"off"``), or ``None`` when
+    the compiler is not GCC or does not answer."""
+    import re
+    import subprocess
+
+    compiler, flags = ti.inductor_cpp_flags()
+    float_flags = [f for f in flags if any(o in f for o in _FLOAT_OPTIONS)]
+    out = {"compiler": compiler, "flags": float_flags, "effective": None}
+
+    try:
+        done = subprocess.run([compiler, "-Q", "--help=optimizers", *[f"-{f}" for f in float_flags]],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    states = {}
+    for line in done.stdout.splitlines():
+        found = re.match(r"\s+-f([\w-]+)(?:=\[[^\]]*\])?\s+\[?(\w+)\]?\s*$", line)
+        if found and any(found[1] == o or found[1] == o.split("=")[0] for o in _FLOAT_OPTIONS):
+            states[found[1]] = found[2]
+    if done.returncode == 0 and states:
+        out["effective"] = states
+    return out
+
+
+def compiled_region_rows(prof, keys: Sequence[str] = ("CompiledFunction", "CompiledFxGraph",
+                                                       "cpp_fused", "triton_")) -> list[tuple[str, bool]]:
+    """For each CPU-side event of a ``torch.profiler`` run whose name holds one of ``keys``, in
+    the order they started: ``(name, inside)``, where ``inside`` says whether it ran within a
+    ``Torch-Compiled Region`` event (Dynamo's annotation around each run of a frame it compiled:
+    the compiled forward; a ``.backward()`` called after the frame returned runs outside it)."""
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
+    regions = [e.time_range for e in events if e.name.startswith("Torch-Compiled Region")]
+    rows = []
+    for event in sorted(events, key=lambda e: e.time_range.start):
+        if any(k in event.name for k in keys):
+            span = event.time_range
+            rows.append((event.name, any(r.start <= span.start and span.end <= r.end for r in regions)))
+    return rows

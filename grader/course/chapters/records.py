@@ -21,6 +21,14 @@ from grader import _environment as environment
 RECORD_ENV = environment.RECORD
 _SESSION: list[dict] = []  # rows recorded in this process, whether or not COURSE_RECORD is set
 
+LONG = os.environ.get(environment.LONG) == "1"
+"""Run the chapters' long demonstrations (``COURSE_LONG=1``): each is opt-in, with a switch of
+its own in its cell, so that every chapter runs in minutes by default; a cell that does not run
+its demonstration shows the figures recorded for it (:func:`recorded_run`)."""
+RECORDED_FILE = os.path.join(os.path.dirname(__file__), "recorded.json")
+"""The figures of each long demonstration, measured once by ``python -m grader.cli
+record-long-demos`` (with the torch, the machine and the date they were measured on)."""
+
 
 def record(chapter: str, name: str, measured: float, claim: str | float | None = None,
            unit: str = "x", *, device: str = DEVICE, low: float | None = None,
@@ -101,3 +109,33 @@ def show_claims(chapter: str | None = None) -> None:
     except ImportError:
         pass
     print(text)
+
+
+def recorded_run(name: str, path: str = RECORDED_FILE) -> dict:
+    """What a long, opt-in demonstration measured when it was recorded: ``{"figures": {...},
+    "torch", "machine", "date", "command"}``, or ``{}`` when it was never recorded."""
+    try:
+        with open(path) as fh:
+            return dict(json.load(fh).get(name, {}))
+    except FileNotFoundError:
+        return {}
+
+
+def save_recorded_run(name: str, figures: dict, *, machine: str, command: str,
+                      path: str = RECORDED_FILE) -> dict:
+    """Write the figures a long demonstration measured now (this torch, today's date, the
+    ``machine`` and the ``command`` that measured them) under ``name``; returns the entry."""
+    import datetime
+
+    try:
+        with open(path) as fh:
+            recorded = json.load(fh)
+    except FileNotFoundError:
+        recorded = {}
+    entry = {"figures": figures, "torch": torch.__version__, "machine": machine,
+             "date": datetime.date.today().isoformat(), "command": command}
+    recorded[name] = entry
+    with open(path, "w") as fh:
+        json.dump(recorded, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    return entry
