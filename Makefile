@@ -94,7 +94,8 @@ release: setup
 # (`.venv/bin/python -m grader.cli grade --help`).
 # ASSIGNMENT=ps1 grades one problem set; WORKERS=n grades n submissions at once;
 # REGRADE=1 grades again what is already graded (grades are replaced, never added).
-# SANDBOX=off grades without bubblewrap (learner code can then read this machine's files).
+# SANDBOX=off grades without bubblewrap: learner code then gets kernel confinement where this
+# machine allows it, else limits only (what it can do is printed at the start; docs/trust.md).
 REGRADE ?=
 SANDBOX ?=
 # ROSTER=canvas-export.csv: Canvas's gradebook export, for names and sections in
