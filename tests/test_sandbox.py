@@ -80,18 +80,51 @@ def test_disk_written_is_limited():
     assert b"stopped" in out.output, out.output
 
 
+def test_without_bubblewrap_the_disk_written_is_limited_too(folder):
+    # No size-limited /tmp there: the launcher measures the process's own folder, and stops
+    # everything once it holds more than the limit.
+    isolation = sandbox.probe("kernel")
+    running = sandbox.start(
+        [sandbox.python_executable(), "-c",
+         "import os, time\n"
+         "for n in range(64):\n"
+         "    open(os.path.join(os.environ['HOME'], f'part{n}'), 'wb').write(b'x' * 2 ** 20)\n"
+         "time.sleep(60)\n"],
+        isolation=isolation, limits=sandbox.Limits(timeout_s=60, disk_bytes=16 * 2 ** 20),
+        env=sandbox.environment(home=folder), home=folder, reply=False)
+    running.proc.wait(timeout=30)
+    finished = running.finish(grace_s=0)
+    assert running.exceeded == "disk", finished.output
+    assert finished.seconds < 30
+
+
+FORK_BOMB = ("import os, time\n"
+             "n = 0\n"
+             "try:\n"
+             "    for _ in range(400):\n"
+             "        if os.fork() == 0:\n"
+             "            time.sleep(5)\n"
+             "            os._exit(0)\n"
+             "        n += 1\n"
+             "except OSError:\n"
+             "    print('stopped after', n)\n")
+
+
 def test_a_fork_bomb_is_stopped_by_the_process_limit():
-    out = _python("import os, time\n"
-                  "n = 0\n"
-                  "try:\n"
-                  "    for _ in range(400):\n"
-                  "        if os.fork() == 0:\n"
-                  "            time.sleep(5)\n"
-                  "            os._exit(0)\n"
-                  "        n += 1\n"
-                  "except OSError:\n"
-                  "    print('stopped after', n)\n", processes=50)
+    out = _python(FORK_BOMB, processes=50)
     assert b"stopped after" in out.output, out.output
+
+
+def test_without_bubblewrap_a_fork_bomb_is_stopped_by_the_process_limit_too(folder):
+    isolation = sandbox.probe("kernel")
+    running = sandbox.start(
+        [sandbox.python_executable(), "-c", FORK_BOMB], isolation=isolation,
+        limits=sandbox.Limits(timeout_s=60, processes=50), env=sandbox.environment(home=folder),
+        home=folder, reply=False)
+    running.proc.wait(timeout=60)
+    finished = running.finish(grace_s=0)
+    assert b"stopped after" in finished.output, finished.output
+    assert running.survivors == []
 
 
 def test_a_timeout_kills_the_whole_sandbox():

@@ -275,9 +275,11 @@ def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
               "solution).", "",
               "## Isolation", "",
               "bubblewrap is used when it can run in Gradescope's container (Docker's defaults "
-              "usually forbid the user namespaces it needs). Without it, learner code runs as an "
-              "unprivileged user id (the grader runs as root there) and `course/source/` is "
-              "closed to it (`chmod 700`) before anything runs; `results.json` records which "
+              "usually forbid the user namespaces it needs). Without it, learner code gets the "
+              "kernel's confinement where the container allows it (Landlock, seccomp, every "
+              "process it starts killed and counted), and in any case an unprivileged user id "
+              "(the grader runs as root there), and `course/source/` is closed to it "
+              "(`chmod 700`) before anything runs; `results.json` records which "
               "(`extra_data.isolation`).", ""]
     return "\n".join(lines)
 
@@ -535,8 +537,8 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
         state["isolation"] = isolation.describe()
         print(f"isolation of learner code: {isolation.describe()}", flush=True)
         if os.geteuid() == 0 and os.path.isdir(os.path.join(course, "source")):
-            # Only the judge (this user) reads the reference solution; learner code, which runs as
-            # an unprivileged user id without bubblewrap, cannot enter the folder.
+            # Only the judge (this user) reads the reference solution; learner code, which runs
+            # under an unprivileged user id without bubblewrap, cannot enter the folder.
             os.chmod(os.path.join(course, "source"), 0o700)
         screen = "gradescope" not in os.environ.get(environment.UNSCREENED_FOR_TESTS,
                                                     "").split(",")

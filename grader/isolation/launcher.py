@@ -17,8 +17,10 @@ learner code: it
    of that user id, with ``kill(-1)`` as that user: one call the kernel makes atomic with respect
    to ``fork``), reaps them, and counts them;
 4. writes one JSON line to the report pipe: the child's wait status, the processes it left
-   running (``leftovers``: killed), what could not be killed (``survivors``), and a setup error
-   if the child never reached ``exec``; then exits as the child did (its code, or its signal).
+   running (``leftovers``: killed), what could not be killed (``survivors``), a limit it stopped
+   the child for (``exceeded``: without bubblewrap it measures the folder the child may write,
+   which has no size-limited filesystem of its own), and a setup error if the child never
+   reached ``exec``; then exits as the child did (its code, or its signal).
 
 Nothing learner code can reach holds the report or the control pipe: both are closed in the
 child before it is confined.
@@ -35,6 +37,8 @@ import time
 from grader.isolation import confine
 
 SWEEP_S = 10.0        # how long the launcher keeps killing what is below it
+DISK_POLL_S = 0.5     # how often it measures the folder learner code may write (no bubblewrap)
+DISK_MAX_ENTRIES = 100_000    # files and folders there before it counts as full
 
 
 def _child(spec: dict, uid: int | None, program: list[str], error_w: int) -> None:
@@ -135,6 +139,26 @@ def sweep(child: int, uid: int | None) -> tuple[set[int], set[int], int | None]:
     return killed, confine.descendants(me), status
 
 
+def disk_used(folder: str, limit: int) -> int:
+    """Bytes written below ``folder`` (``limit + 1`` as soon as that is passed, or when it holds
+    more than :data:`DISK_MAX_ENTRIES` entries: the count stays cheap)."""
+    used, entries, todo = 0, 0, [folder]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as it:
+                for entry in it:
+                    entries += 1
+                    st = entry.stat(follow_symlinks=False)
+                    used += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(entry.path)
+                    if used > limit or entries > DISK_MAX_ENTRIES:
+                        return limit + 1
+        except OSError:
+            continue
+    return used
+
+
 def _report(fd: int, report: dict) -> None:
     try:
         os.write(fd, (json.dumps(report) + "\n").encode())
@@ -181,9 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         error += chunk
     os.close(error_r)
 
+    # Without bubblewrap there is no size-limited /tmp: the folder learner code may write is
+    # measured instead, and everything is stopped once it holds more than the limit.
+    disk = spec.get("disk") or {}
+    exceeded = ""
     status = None
     while status is None and not stop["asked"]:
-        ready = select.select([wake_r, control_fd], [], [], 5.0)[0]
+        ready = select.select([wake_r, control_fd], [], [], DISK_POLL_S if disk else 5.0)[0]
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)
@@ -192,13 +220,17 @@ def main(argv: list[str] | None = None) -> int:
         if control_fd in ready:
             stop["asked"] = True
         status = _reap(child)
+        if status is None and disk and disk_used(disk["folder"], disk["bytes"]) > disk["bytes"]:
+            exceeded = "disk"
+            break
     killed, survivors, ended = sweep(child, uid)
     status = status if status is not None else ended
     if status is None:   # killed in the sweep but not yet reaped
         status = os.waitpid(child, 0)[1]
     _report(report_fd, {"status": status, "leftovers": sorted(killed),
                         "survivors": sorted(survivors), "uid": uid,
-                        "error": error.decode(errors="replace"), "stopped": stop["asked"]})
+                        "error": error.decode(errors="replace"), "stopped": stop["asked"],
+                        "exceeded": exceeded})
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.set_wakeup_fd(-1)

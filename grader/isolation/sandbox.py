@@ -76,7 +76,7 @@ class Limits:
     timeout_s: float | None = 300.0
     memory_bytes: int | None = 6 * GIB     # address space per process; ignored on CUDA
     processes: int | None = None           # tasks (processes + threads); None: scales with cores
-    disk_bytes: int = 2 * GIB              # the private writable /tmp
+    disk_bytes: int = 2 * GIB              # what it may write: the private /tmp, or its home
     file_bytes: int = 2 * GIB              # the largest file it may write
 
     def task_limit(self) -> int:
@@ -690,6 +690,11 @@ class Running:
         return self._report or {}
 
     @property
+    def exceeded(self) -> str:
+        """The limit the launcher stopped the process for ('disk'), or ''."""
+        return str(self.report().get("exceeded") or "")
+
+    @property
     def setup_error(self) -> str:
         """Why the launcher could not confine and start the program ('' when it did): a grader
         failure, never the learner's."""
@@ -803,6 +808,8 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
                 **landlock_paths(read_only=read_only, writable=write, device=device),
                 "layers": {"bwrap": "best", "kernel": "required"}.get(isolation.mode, "none"),
                 "block_metadata": isolation.mode == "kernel" and not root,
+                "disk": None if isolation.sandboxed else {"folder": home,
+                                                          "bytes": limits.disk_bytes},
                 "report_fd": report_w, "control_fd": control_r,
                 "keep_fds": [reply_w] if reply else [], "env": child_env}
         launcher = [python_executable(), "-m", "grader.isolation.launcher", json.dumps(spec),

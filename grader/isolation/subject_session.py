@@ -112,6 +112,9 @@ class SubjectSession:
             return SubjectGone(Status.GRADER_ERROR, f"the grader could not start the confined "
                                                     f"process for your code: "
                                                     f"{self.running.setup_error}")
+        if self.running.exceeded == "disk":
+            return SubjectGone(Status.CRASHED, "your code wrote more to disk than a submission "
+                                               "may, and was stopped")
         return SubjectGone(Status.CRASHED, self._death())
 
     def _death(self) -> str:
