@@ -104,7 +104,8 @@ release: setup
 # (`make help` lists them; `.venv/bin/python -m grader.cli grade --help` shows the options).
 # ASSIGNMENT=ps1 grades one problem set (ASSIGNMENT="ps1 ps2" several); WORKERS=n grades n at once;
 # REGRADE=1 grades again what is already graded (grades are replaced, never added);
-# SANDBOX=off grades without bubblewrap (learner code can then read this machine's files);
+# SANDBOX=off grades without bubblewrap: learner code then gets kernel confinement where this
+# machine allows it, else limits only (what it can do is printed at the start; docs/trust.md);
 # EXECUTOR=ray grades each submission as a Ray task, on RAY_ADDRESS (a running cluster) or a local
 # Ray instance (docs/ray-kubernetes.md); DEMO=all grades the whole demo cohort (when submitted/ and
 # downloads/ hold no files).

@@ -4,15 +4,15 @@ honestly; nothing secret reaches any feedback; nothing a submission started outl
 grader's manual scores survive a regrade, with timestamps and late penalties applied as nbgrader
 applies them.
 
-Problem set 2 is the cheapest to grade. Its honest reference points: the unfused loop version
-(`class FusedGroupNormGELU(GroupNormGELU): pass`) is correct but neither fused nor fast: 3 of 10;
-a blank notebook: 0.
+Problem set 2 is the cheapest to grade (tests/ps2_submissions.py: its honest reference points).
+An escaped child and its victim (tests/test_attacks_escape.py) are graded here with bubblewrap.
 """
 from __future__ import annotations
 
 import csv
 import json
 import os
+import random
 import shutil
 import subprocess
 
@@ -23,12 +23,13 @@ from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.files import DISAGREEMENTS_FILE
 from grader.cohort.grade import grade
-from test_attacks_unscreened import ATTACK
+import test_attacks_escape as escape
+from ps2_submissions import PASS_CLASS, PS, ROOT, _notebook, _scores, _write
+from test_attacks_unscreened import ATTACK, SPIN_TAG
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PS = "ps2"
 SECRET = "instructor-secret-7f3a91"
-PASS_CLASS = "class FusedGroupNormGELU(GroupNormGELU):\n    pass\n"
+# Unique to this run: several checkouts' suites may run at once on one machine.
+LEFTOVER_TAG = f"{random.randint(10 ** 6, 10 ** 7)}.3"
 BLANK = None  # the release notebook's stub, untouched
 # A line of the reference solution that no other notebook of ps2 contains.
 REFERENCE_LINE = "xs = x.view(rows, self.groups, d // self.groups)"
@@ -66,15 +67,16 @@ KERNEL_ATTACKS = {
         "d['max_points'], d['partial'], '[PASS] all good'))\n")),
     "snoop": (BLANK, None),      # filled in below: it needs the course's paths
     "leftover_process": (BLANK, "import subprocess\n"
-                                "subprocess.Popen(['sh', '-c', 'sleep 7654.3 & sleep 7654.3 & wait'],"
-                                " start_new_session=True)\n"),
+                                f"subprocess.Popen(['sh', '-c', 'sleep {LEFTOVER_TAG} & "
+                                f"sleep {LEFTOVER_TAG} & wait'], start_new_session=True)\n"),
 }
 HONEST = {"honest_pass": (PASS_CLASS, None)}   # and ada_full, the demo's full solution
 # Past the screen (graded with it off, as only the grader's own tests can): the unscreened attack
 # of tests/test_attacks_unscreened.py in front of the honest loop version, through make grade.
 UNSCREENED = {"unscreened_forger": ATTACK + PASS_CLASS}
 EXPECTED = {"honest_pass": 3, "ada_full": 10, "unscreened_forger": 3, "patch_cell_scores": 3, "rebind_run_test": 0,
-            "snoop": 0, "leftover_process": 0, **{name: 0 for name in SOLUTION_ATTACKS}}
+            "snoop": 0, "leftover_process": 0, **{name: 0 for name in SOLUTION_ATTACKS},
+            **escape.EXPECTED}
 
 
 def _snoop_code(course: str) -> str:
@@ -100,33 +102,6 @@ def _snoop_code(course: str) -> str:
             "                print(open(path, errors='replace').read()[:2000])\n"
             "            except Exception as exc:\n"
             "                print('ERR', path, exc)\n")
-
-
-def _notebook(release_nb, solution: str | None, extra: str | None):
-    nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
-    for index, cell in enumerate(nb.cells):
-        if (cell.metadata.get("nbgrader") or {}).get("solution") and cell.cell_type == "code":
-            if solution is not None:
-                cell.source = solution
-            if extra is not None:
-                nb.cells.insert(index + 1, nbformat.v4.new_code_cell(extra))
-            break
-    return nb
-
-
-def _write(course: str, student: str, nb, timestamp: str = "2026-12-01 12:00:00.000000 UTC"):
-    folder = os.path.join(course, "submitted", student, PS)
-    os.makedirs(folder, exist_ok=True)
-    nbformat.write(nb, os.path.join(folder, f"{PS}.ipynb"))
-    with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
-        fh.write(timestamp + "\n")
-
-
-def _scores(course: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook("sqlite:///" + os.path.join(course, "gradebook.db")) as gb:
-        return {s.student_id: float(s.score) for s in gb.assignment_submissions(PS)}
 
 
 def _test_cell_outputs(course: str, student: str) -> str:
@@ -159,8 +134,9 @@ def attacked():
         _write(course, student, _notebook(release_nb, solution, extra))
     for student, code in UNSCREENED.items():
         _write(course, student, _notebook(release_nb, code, None))
+    escape.write_cohort(course, release_nb)   # an escaped child and its victim
     os.environ["COURSE_SECRET_TEST"] = SECRET  # an instructor's secret in the grading process
-    os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join(UNSCREENED)
+    os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join([*UNSCREENED, *escape.UNSCREENED])
     try:
         run = grade(course, [PS], workers=2, cell_timeout_s=demo.DEMO_CELL_TIMEOUT_S)
     finally:
@@ -211,9 +187,14 @@ def test_nothing_secret_reaches_the_feedback(attacked):
 
 
 def test_nothing_a_submission_started_is_left_running(attacked):
-    for tag in ("sleep 7654.3", "sleep 8765.25"):
+    for tag in (f"sleep {LEFTOVER_TAG}", f"sleep {SPIN_TAG}"):
         left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True)
         assert left.stdout.strip() == "", tag
+
+
+def test_an_escaped_child_is_killed_and_counted_and_reached_nothing(attacked):
+    escape.assert_killed_and_counted(attacked.course)
+    escape.assert_reached_nothing(attacked.course)
 
 
 def test_honest_submissions_keep_their_demo_scores(attacked):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import runpy
 import subprocess
 
@@ -35,7 +36,8 @@ from grader.problems import get_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]
-SPIN_TAG = "8765.25"
+# Unique to this run: several checkouts' suites may run at once on one machine.
+SPIN_TAG = f"{random.randint(10 ** 6, 10 ** 7)}.25"
 
 ATTACK = f'''
 import os, sys, threading, time, json
@@ -172,7 +174,8 @@ def test_an_unscreened_attack_earns_nothing_above_the_honest_model(judge, kind):
     honest = _grade(judge, kind, attack=False)
     attacked = _grade(judge, kind, attack=True)
     assert honest["status"] == "ok", honest
-    assert attacked["subject_leftovers"] == 0
+    assert honest["subject_leftovers"] == 0
+    assert attacked["subject_leftovers"] == 1      # the detached process: found, killed, counted
     left = subprocess.run(["pgrep", "-f", f"sleep {SPIN_TAG}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "a process the attack started outlived its subject"
     if attacked["status"] != "ok":     # e.g. rejected: nothing it sent was used

@@ -2,8 +2,10 @@
 CAP_SYS_RESOURCE (as in most containers), or an ordinary user (tests/fresh_machine.py builds each
 for real: bubblewrap hidden in a mount namespace, the capability dropped from the bounding set).
 
-On such a machine the demo cohort is graded without the sandbox, and says so. What broke there
-before: every notebook kernel nbgrader started for the feedback asked `prlimit` for a process
+On such a machine the demo cohort is graded without bubblewrap, and says so: learner code gets
+kernel confinement there (this machine's kernel has Landlock), as root under a user id of its own
+(with a copy of the base interpreter made in the venv, which lies under root's private home) and
+as an ordinary user under that user's id. What broke there before: every notebook kernel nbgrader started for the feedback asked `prlimit` for a process
 limit above the one nbgrader itself had been given, which only CAP_SYS_RESOURCE allows; the kernel
 died before replying and 41 of 48 demo submissions scored 0. Limits are now only ever lowered.
 
@@ -107,7 +109,8 @@ def test_make_grade_grades_the_demo_without_bubblewrap_to_the_written_down_score
     assert proc.returncode == 0, out[-4000:]
     # It says that the demo ran without the sandbox, and why.
     assert "submitted/ is empty: grading the demo students" in out
-    assert "NO sandbox: bubblewrap is not installed" in out
+    assert "kernel confinement without bubblewrap (bubblewrap is not installed" in out
+    assert ("a user id of its own" in out) == (user is None), out[-4000:]
     assert "NOT GRADED" not in out and "unexpected score" not in out
     expected = expected_scores()
     graded = [line for line in out.splitlines() if ": graded " in line]
@@ -185,9 +188,9 @@ def test_gradescope_run_autograder_without_bubblewrap(workdir, user, setup_sh_py
     results = _run_autograder(root, workdir, user, setup_sh_python)
     assert results["score"] == 10, json.dumps(results)[:2000]
     isolation = results["extra_data"]["isolation"]
-    assert isolation.startswith("NO sandbox")
-    # As root (Gradescope's case), learner code runs as an unprivileged user id.
-    assert ("unprivileged user" in isolation) == (user is None), isolation
+    assert isolation.startswith("kernel confinement without bubblewrap"), isolation
+    # As root (Gradescope's case), learner code runs under a user id of its own.
+    assert ("a user id of its own" in isolation) == (user is None), isolation
 
 
 # Learner code that reads the reference solution, if it can, into its own feedback.

@@ -245,9 +245,11 @@ def test_an_endless_loop_is_stopped_by_the_timeout():
 
 @pytest.mark.parametrize("mode", ["auto", "off"])
 def test_nothing_the_subject_started_runs_while_the_judge_decides(mode):
-    # A double-forked, setsid child and a thread that would spin on (to slow what the judge
-    # times): the subject and everything it started is gone before the judge times anything
-    # (sandboxed: the PID namespace; without: the environment token), and the judge checked.
+    # A double-forked, setsid child with an empty environment and a thread that would spin on
+    # (to slow what the judge times): the subject and everything it started is gone before the
+    # judge times anything, with bubblewrap ('auto' here) and without ('off': kernel
+    # confinement); the launcher found the child (it stays below it, a child subreaper, whatever
+    # its session or environment), killed it and counted it.
     import random
 
     tag = f"{random.randint(10 ** 6, 10 ** 7)}.5"
@@ -256,11 +258,12 @@ def test_nothing_the_subject_started_runs_while_the_judge_decides(mode):
               f"if os.fork() == 0:\n"
               f"    os.setsid()\n"
               f"    if os.fork() == 0:\n"
-              f"        os.execv('/bin/sleep', ['sleep', {tag!r}])\n"
+              f"        os.execve('/bin/sleep', ['sleep', {tag!r}], {{}})\n"
               f"    os._exit(0)\n")
     result = judge(source + GOOD, checks=["correctness", "speed"], sandbox=mode)
     assert result["status"] == "ok", result
-    assert result["subject_leftovers"] == 0
+    assert result["sandbox"] == {"auto": "bwrap", "off": "kernel"}[mode]
+    assert result["subject_leftovers"] == 1
     left = subprocess.run(["pgrep", "-f", f"sleep {tag}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"a process of the submission kept running ({mode})"
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import fresh_machine
 from grader.isolation import sandbox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,18 +80,51 @@ def test_disk_written_is_limited():
     assert b"stopped" in out.output, out.output
 
 
+def test_without_bubblewrap_the_disk_written_is_limited_too(folder):
+    # No size-limited /tmp there: the launcher measures the process's own folder, and stops
+    # everything once it holds more than the limit.
+    isolation = sandbox.probe("kernel")
+    running = sandbox.start(
+        [sandbox.python_executable(), "-c",
+         "import os, time\n"
+         "for n in range(64):\n"
+         "    open(os.path.join(os.environ['HOME'], f'part{n}'), 'wb').write(b'x' * 2 ** 20)\n"
+         "time.sleep(60)\n"],
+        isolation=isolation, limits=sandbox.Limits(timeout_s=60, disk_bytes=16 * 2 ** 20),
+        env=sandbox.environment(home=folder), home=folder, reply=False)
+    running.proc.wait(timeout=30)
+    finished = running.finish(grace_s=0)
+    assert running.exceeded == "disk", finished.output
+    assert finished.seconds < 30
+
+
+FORK_BOMB = ("import os, time\n"
+             "n = 0\n"
+             "try:\n"
+             "    for _ in range(400):\n"
+             "        if os.fork() == 0:\n"
+             "            time.sleep(5)\n"
+             "            os._exit(0)\n"
+             "        n += 1\n"
+             "except OSError:\n"
+             "    print('stopped after', n)\n")
+
+
 def test_a_fork_bomb_is_stopped_by_the_process_limit():
-    out = _python("import os, time\n"
-                  "n = 0\n"
-                  "try:\n"
-                  "    for _ in range(400):\n"
-                  "        if os.fork() == 0:\n"
-                  "            time.sleep(5)\n"
-                  "            os._exit(0)\n"
-                  "        n += 1\n"
-                  "except OSError:\n"
-                  "    print('stopped after', n)\n", processes=50)
+    out = _python(FORK_BOMB, processes=50)
     assert b"stopped after" in out.output, out.output
+
+
+def test_without_bubblewrap_a_fork_bomb_is_stopped_by_the_process_limit_too(folder):
+    isolation = sandbox.probe("kernel")
+    running = sandbox.start(
+        [sandbox.python_executable(), "-c", FORK_BOMB], isolation=isolation,
+        limits=sandbox.Limits(timeout_s=60, processes=50), env=sandbox.environment(home=folder),
+        home=folder, reply=False)
+    running.proc.wait(timeout=60)
+    finished = running.finish(grace_s=0)
+    assert b"stopped after" in finished.output, finished.output
+    assert running.survivors == []
 
 
 def test_a_timeout_kills_the_whole_sandbox():
@@ -100,16 +134,18 @@ def test_a_timeout_kills_the_whole_sandbox():
     assert out.timed_out and out.seconds < 20
 
 
-def test_when_the_sandbox_cannot_run_real_submissions_are_not_graded(tmp_path, monkeypatch):
-    from grader.cohort import demo
+def test_when_nothing_can_confine_learner_code_real_submissions_are_not_graded(tmp_path,
+                                                                               monkeypatch):
     from grader.cohort.grade import Run, choose_isolation
 
     monkeypatch.setattr(sandbox.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else "/usr/bin/" + name)
+    monkeypatch.setattr(sandbox, "_probe_kernel", lambda: "Landlock is not available (test)")
     sandbox._probe_bwrap.cache_clear()
     try:
-        assert not sandbox.probe("auto").sandboxed
-        assert "not installed" in sandbox.probe("auto").reason
+        isolation = sandbox.probe("auto")
+        assert isolation.mode == "none"
+        assert "not installed" in isolation.reason and "Landlock is not available" in isolation.reason
         run = Run(course=str(tmp_path), assignments=["ps2"])
         with pytest.raises(SystemExit) as stop:
             choose_isolation(run)
@@ -122,6 +158,253 @@ def test_when_the_sandbox_cannot_run_real_submissions_are_not_graded(tmp_path, m
         off = Run(course=str(tmp_path), assignments=["ps2"], sandbox="off")
         choose_isolation(off)
         assert off.isolation.mode == "none" and "turned off" in off.isolation.describe()
+        assert "it can read" in off.isolation.warning()
     finally:
         sandbox._probe_bwrap.cache_clear()
-    assert demo.PERSONAS  # (imported for the demo run above)
+
+
+def test_without_bubblewrap_kernel_confinement_is_the_next_choice(tmp_path, monkeypatch):
+    from grader.cohort import attempt
+    from grader.cohort.grade import Run, choose_isolation
+
+    monkeypatch.setattr(sandbox.shutil, "which",
+                        lambda name, *a, **k: None if name == "bwrap" else "/usr/bin/" + name)
+    sandbox._probe_bwrap.cache_clear()
+    try:
+        isolation = sandbox.probe("auto")
+        assert isolation.mode == "kernel", isolation.reason
+        assert "bubblewrap is not installed" in isolation.describe()
+        assert "Landlock ABI" in isolation.describe() and "seccomp" in isolation.describe()
+        assert sandbox.probe("off").mode == "kernel"     # off: no bubblewrap, not no confinement
+        # Real submissions: graded only when nothing else runs learner code unconfined (nbgrader's
+        # kernel re-runs the notebook for the feedback, and only bubblewrap confines it).
+        run = Run(course=str(tmp_path), assignments=["ps2"])
+        if attempt.NOTEBOOK_KERNEL_RUNS_LEARNER_CODE:
+            with pytest.raises(SystemExit) as stop:
+                choose_isolation(run)
+            assert "covers only the judge's subject" in str(stop.value)
+        else:
+            choose_isolation(run)
+            assert run.isolation.mode == "kernel"
+        demo_run = Run(course=str(tmp_path), assignments=["ps2"], demo=True)
+        choose_isolation(demo_run)
+        assert demo_run.isolation.mode == "kernel"
+        warning = demo_run.isolation.warning()
+        assert "cannot read source/, the gradebook or other submissions" in warning
+    finally:
+        sandbox._probe_bwrap.cache_clear()
+
+
+def test_kernel_confinement_is_tried_for_real_not_assumed(monkeypatch):
+    # A container whose seccomp profile refuses Landlock's calls reports ABI 0: said, not used.
+    sandbox._probe_kernel.cache_clear()
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(sandbox.confine, "landlock_abi", lambda: 0)
+            with pytest.raises(sandbox.SandboxUnavailable, match="Landlock is not available"):
+                sandbox.probe("kernel")
+    finally:
+        sandbox._probe_kernel.cache_clear()
+    assert sandbox.probe("kernel").mode == "kernel"
+
+
+# ---------------------------------------------------------------------------------------------
+# Confined learner code, with bubblewrap and without (kernel confinement), started as the judge
+# starts its subject (sandbox.start, below the launcher).
+
+CONFINED = ["bwrap", "kernel"]
+
+
+@pytest.fixture
+def folder():
+    """A folder an unprivileged user id can reach (pytest's tmp_path lies below one only root may
+    enter), removed afterwards."""
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="confined-", dir="/tmp")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start(mode: str, code: str, *args: str, home: str) -> sandbox.Running:
+    isolation = sandbox.probe(mode) if mode != "none" else sandbox.Isolation("none", "a control")
+    assert isolation.mode == mode, isolation.reason
+    return sandbox.start([sandbox.python_executable(), "-c", code, *args], isolation=isolation,
+                         limits=sandbox.Limits(timeout_s=60),
+                         env=sandbox.environment(home="/tmp" if mode == "bwrap" else home),
+                         home=home, reply=False)
+
+
+def _left_running(tag: str) -> str:
+    import subprocess
+
+    return subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.strip()
+
+
+# A process that leaves a grandchild behind the way an attacker would: a new session, an empty
+# environment (no token to find it by), a double fork; then ends, or is stopped while it runs.
+ESCAPE = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execve("/bin/sleep", ["sleep", sys.argv[1]], {})
+    os._exit(0)
+os.wait()
+print("escaped", flush=True)
+if sys.argv[2] == "stays":
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("ending", ["ends", "stays"])
+@pytest.mark.parametrize("mode", CONFINED)
+def test_an_escaped_child_is_killed_and_counted(folder, mode, ending):
+    import random
+
+    tag = f"{random.randint(10 ** 6, 10 ** 7)}.25"
+    running = _start(mode, ESCAPE, tag, ending, home=folder)
+    if ending == "stays":     # (one that ends is swept at once: only the count can show it)
+        import time
+
+        while b"escaped" not in bytes(running._output) and running.alive():
+            time.sleep(0.05)
+        assert _left_running(f"sleep {tag}"), "the escaped child did not start"
+    finished = running.finish(grace_s=10 if ending == "ends" else 0)
+    assert finished.timed_out == (ending == "stays"), finished.output
+    assert len(running.leftovers) == 1, (running.leftovers, finished.output)
+    assert running.survivors == []
+    assert _left_running(f"sleep {tag}") == "", "the escaped child outlived its subject"
+
+
+# Learner code reaching for what is not its own; prints what it reached.
+REACH = r"""
+import ctypes, json, os, signal, socket, sys, threading, subprocess
+course, victim, judge = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+def io_uring():
+    if libc.syscall(425, 8, ctypes.create_string_buffer(120)) < 0:
+        raise OSError(ctypes.get_errno(), "io_uring_setup")
+def user_namespace():
+    if libc.unshare(0x10000000) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+attempts = {
+    "read source/": lambda: open(os.path.join(course, "source", "ps", "ps.ipynb")).read(),
+    "write the gradebook": lambda: open(os.path.join(course, "gradebook.db"), "r+b").write(b"X"),
+    "create a course file": lambda: open(os.path.join(course, "planted.txt"), "w").write("x"),
+    "chmod the gradebook": lambda: os.chmod(os.path.join(course, "gradebook.db"), 0o600),
+    "kill another submission": lambda: os.kill(victim, signal.SIGKILL),
+    "kill the judge": lambda: os.kill(judge, 0),    # (the permission check of any signal)
+    "read the judge's environ": lambda: open(f"/proc/{judge}/environ", "rb").read(),
+    "read the judge's maps": lambda: open(f"/proc/{judge}/maps", "rb").read(),
+    "read the judge's io": lambda: open(f"/proc/{judge}/io", "rb").read(),
+    "open the judge's mem": lambda: open(f"/proc/{judge}/mem", "rb").read(1),
+    "open a socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+    "open a Unix socket": lambda: socket.socket(socket.AF_UNIX),
+    "make a user namespace": user_namespace,
+    "set up io_uring": io_uring,
+}
+reached = {}
+for name, attempt in attempts.items():
+    try:
+        attempt()
+        reached[name] = "REACHED"
+    except OSError as exc:
+        reached[name] = type(exc).__name__
+# What honest code needs still works: its own folder, a thread, a subprocess.
+open(os.path.join(os.environ["HOME"], "mine"), "w").write("ok")
+t = threading.Thread(target=lambda: None)
+t.start()
+t.join()
+subprocess.run(["/bin/true"], check=True)
+print(json.dumps(reached), flush=True)
+"""
+
+
+def reach_attempts(mode: str, folder: str) -> dict:
+    """Start a confined victim and a confined attacker as the judge starts subjects (this process
+    plays the judge) beside a course folder whose files every user may write; return what the
+    attacker reached, and whether the victim and the course came through."""
+    import json
+    import time
+
+    course = os.path.join(folder, "course")
+    os.makedirs(os.path.join(course, "source", "ps"))
+    for path, text in (("source/ps/ps.ipynb", "THE REFERENCE"), ("gradebook.db", "SCORES")):
+        with open(os.path.join(course, path), "w") as fh:
+            fh.write(text)
+    for root, dirs, files in os.walk(folder):   # open to every user: only the confinement stops
+        os.chmod(root, 0o777)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666)
+    homes = [os.path.join(folder, name) for name in ("victim", "attacker")]
+    for home in homes:
+        os.mkdir(home)
+    victim = _start(mode, "import time\nprint('up', flush=True)\ntime.sleep(120)\n", home=homes[0])
+    try:
+        while b"up" not in bytes(victim._output):
+            time.sleep(0.05)
+        from grader.isolation import confine
+
+        victim_pid = max(confine.descendants(victim.proc.pid))
+        attacker = _start(mode, REACH, course, str(victim_pid), str(os.getpid()), home=homes[1])
+        finished = attacker.finish(grace_s=60)
+        lines = finished.output.decode(errors="replace").strip().splitlines()
+        reached = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {
+            "no answer": finished.output.decode(errors="replace")[-2000:]}
+        reached["(victim alive)"] = victim.alive() and victim_pid in confine.descendants(
+            victim.proc.pid)
+    finally:
+        victim.finish(grace_s=0)
+    with open(os.path.join(course, "gradebook.db")) as fh:
+        reached["(gradebook)"] = fh.read()
+    reached["(planted)"] = os.path.exists(os.path.join(course, "planted.txt"))
+    return reached
+
+
+def _assert_reached_nothing(reached: dict) -> None:
+    assert reached.pop("(victim alive)") is True, reached
+    assert reached.pop("(gradebook)") == "SCORES", reached
+    assert reached.pop("(planted)") is False, reached
+    assert "no answer" not in reached, reached["no answer"]
+    assert [name for name, got in reached.items() if got == "REACHED"] == [], reached
+
+
+@pytest.mark.parametrize("mode", CONFINED)
+def test_confined_code_reaches_no_course_file_no_judge_and_no_other_submission(folder, mode):
+    _assert_reached_nothing(reach_attempts(mode, folder))
+
+
+@pytest.mark.skipif(bool(fresh_machine.available()), reason=fresh_machine.available())
+def test_as_an_ordinary_user_kernel_confinement_alone_keeps_learner_code_out(folder):
+    # The grader as an ordinary user, learner code under the same user id: no user id check of
+    # the kernel's stands between them, only Landlock and seccomp. The same attempts, run for
+    # real as that user (tests/fresh_machine.py: bubblewrap hidden), confined and, as a control,
+    # not.
+    import json
+    import subprocess
+
+    code = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); import test_sandbox; "
+            "print('RESULT', json.dumps({mode: test_sandbox.reach_attempts(mode, "
+            "os.path.join(sys.argv[2], mode)) for mode in ('kernel', 'none')}))")
+    for mode in ("kernel", "none"):
+        os.mkdir(os.path.join(folder, mode))
+    fresh_machine.give_to(folder, fresh_machine.NOBODY)
+    proc = subprocess.run(
+        fresh_machine.command([sandbox.python_executable(), "-c", code,
+                               os.path.dirname(os.path.abspath(__file__)), folder],
+                              user=fresh_machine.NOBODY),
+        capture_output=True, text=True, timeout=300, cwd=folder,
+        env={"PATH": "/usr/bin:/bin", "HOME": folder, "PYTHONPATH": ROOT})
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert results, proc.stdout[-3000:] + proc.stderr[-3000:]
+    reached = json.loads(results[-1][len("RESULT "):])
+    _assert_reached_nothing(reached["kernel"])
+    # The control: the same attempts, unconfined, reach what the test says they reach.
+    unconfined = reached["none"]
+    assert unconfined["(victim alive)"] is False and unconfined["(planted)"] is True
+    assert {name for name, got in unconfined.items() if got == "REACHED"} >= {
+        "read source/", "write the gradebook", "chmod the gradebook", "kill the judge",
+        "read the judge's environ", "read the judge's maps", "open a socket"}, unconfined

@@ -24,6 +24,14 @@ from grader.isolation import sandbox
 from grader import _environment as environment
 
 UNSCREENED_FOR_TESTS_ENV = environment.UNSCREENED_FOR_TESTS  # tests only: students not screened
+# nbgrader's autograde runs each notebook again for the feedback (run_attempt), in a kernel only
+# bubblewrap confines (grader.cohort.kernel). False once the feedback runs no learner code: kernel
+# confinement of the subject then suffices for real submissions (grade.choose_isolation).
+NOTEBOOK_KERNEL_RUNS_LEARNER_CODE = True
+KERNEL_WARNING = ("nbgrader's notebook kernel, which runs the notebook again for the feedback, "
+                  "is not confined without bubblewrap: it runs as the grading user with limits "
+                  "only, can read what that user can read (source/, the gradebook), write there, "
+                  "and signal that user's processes.")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,7 +48,8 @@ import tempfile
 import time
 
 from grader.cohort import assign, files
-from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
+from grader.cohort.attempt import (KERNEL_WARNING, NOTEBOOK_KERNEL_RUNS_LEARNER_CODE,
+                                   AttemptSettings, device_for, gpu_count, local_attempts)
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)
 from grader.cohort.merge import Graded, Outcome, already_graded, merge, merge_attempt, unreadable_reason
@@ -154,28 +155,37 @@ MAX_LISTED = 20   # misplaced paths named one by one before "... and N more"
 
 
 def choose_isolation(run: Run) -> None:
-    """Try the sandbox for real before anyone is graded (:func:`grader.isolation.sandbox.probe`).
-
-    Where it cannot run, real submissions are not graded at all (every score would be a
-    sandbox failure, not the learner's): the run stops with the reason, unless the instructor
-    said ``--sandbox off``. The bundled demo cohort (made-up students) runs without it, saying
-    so."""
+    """Bubblewrap, else kernel confinement, each tried for real (:func:`sandbox.probe`). Real
+    submissions only where learner code is confined wherever it runs (nbgrader's kernel too),
+    unless ``--sandbox off``; the log says what it can do then. The demo runs anyway."""
     try:
-        run.isolation = sandbox.probe("bwrap" if run.sandbox == "auto" else run.sandbox)
+        run.isolation = sandbox.probe(run.sandbox)
     except sandbox.SandboxUnavailable as exc:
         if not run.demo:
-            raise SystemExit(
-                f"make grade: stopped before grading anyone: the sandbox for learner code cannot "
-                f"run here: {exc}.\nFix that, or grade without a sandbox (learner code can then "
-                f"read this machine's files, such as source/ and the gradebook, and print them "
-                f"into its feedback): make grade SANDBOX=off  (python -m grader.cli grade --sandbox off)"
-                + (f"\n{SANDBOX_SETUP_HINT}" if shutil.which("bwrap") is None else ""))
+            raise SystemExit(_refusal(str(exc)))
         run.isolation = sandbox.Isolation("none", str(exc))
+    kernel_unconfined = NOTEBOOK_KERNEL_RUNS_LEARNER_CODE and not run.isolation.sandboxed
+    unconfined = kernel_unconfined or run.isolation.mode == "none"
+    if run.sandbox == "auto" and not run.demo and unconfined:
+        raise SystemExit(_refusal(run.isolation.reason + (
+            "; kernel confinement works here, but covers only the judge's subject: nbgrader's "
+            "kernel still runs learner code for the feedback" if run.isolation.mode == "kernel"
+            else "")))
     run.log(f"isolation of learner code: {run.isolation.describe()}")
-    if not run.isolation.sandboxed and shutil.which("bwrap") is None and run.sandbox != "off":
-        run.log(SANDBOX_SETUP_HINT)
+    if not run.isolation.sandboxed:
+        run.log(run.isolation.warning() + (" " + KERNEL_WARNING if kernel_unconfined else ""))
+        if shutil.which("bwrap") is None and run.sandbox != "off":
+            run.log(SANDBOX_SETUP_HINT)
     for note in sandbox.limit_notes(sandbox.Limits(memory_bytes=run.memory_bytes)):
         run.log(f"limit for learner code lowered to this shell's: {note}")
+
+
+def _refusal(why: str) -> str:
+    return (f"make grade: stopped before grading anyone: learner code cannot be confined here: "
+            f"{why}.\nFix that, or grade knowingly without bubblewrap (learner code then gets "
+            f"what this machine offers, printed at the start of the run): make grade SANDBOX=off"
+            f"  (python -m grader.cli grade --sandbox off)"
+            + (f"\n{SANDBOX_SETUP_HINT}" if shutil.which("bwrap") is None else ""))
 
 
 SANDBOX_SETUP_HINT = ("bubblewrap (the sandbox) is not installed: `make setup-sandbox` installs it "
@@ -289,7 +299,7 @@ def autograde_all(run: Run) -> None:
     if not todo:
         return
     progress = _Progress(len(todo))
-    settings = AttemptSettings(sandbox=run.isolation.mode if run.isolation.sandboxed else "off",
+    settings = AttemptSettings(sandbox=run.isolation.setting(),
                                timeout_s=run.timeout_s, memory_bytes=run.memory_bytes,
                                cell_timeout_s=run.cell_timeout_s,
                                subject_timeout_s=run.subject_timeout_s)

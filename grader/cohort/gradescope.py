@@ -30,11 +30,14 @@ at the deadline (the time limit less a minute) and on any error of the grader.
 
 Isolation: Gradescope runs each submission in a fresh container. bubblewrap is used when it can
 run there (:func:`grader.isolation.sandbox.probe`); Docker's default settings usually forbid the user
-namespaces it needs. Without it, as Gradescope advises, learner code runs as an unprivileged user
-id (the judge and the subject, :mod:`grader.isolation.judge`: only the subject runs learner code,
-and it decides nothing), and ``/autograder/source/course/source`` (the reference solution) is
-closed to it (``chmod 700``) before anything runs. ``results.json`` records which
-(``extra_data.isolation``), and the autograder's stdout, shown to instructors only, says so.
+namespaces it needs. Without it the subject (the only process that runs learner code: the judge,
+:mod:`grader.isolation.judge`, decides everything) gets kernel confinement where the container's
+kernel and seccomp profile allow it (Landlock, seccomp, an unprivileged user id of its own, every
+process it starts killed and counted: the same as ``make grade``, tried for real), else, as
+Gradescope advises, at least an unprivileged user id; and ``/autograder/source/course/source``
+(the reference solution) is closed to it (``chmod 700``) before anything runs. ``results.json``
+records which (``extra_data.isolation``), and the autograder's stdout, shown to instructors only,
+says so. The confinement is this package's own code (ctypes): setup.sh installs nothing for it.
 
 Why one long module (~600 lines): Gradescope's side of the course is two halves of one
 contract, the zip built here and the ``run_autograder`` it runs (results.json), kept together
@@ -281,9 +284,11 @@ def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
               "solution).", "",
               "## Isolation", "",
               "bubblewrap is used when it can run in Gradescope's container (Docker's defaults "
-              "usually forbid the user namespaces it needs). Without it, learner code runs as an "
-              "unprivileged user id (the grader runs as root there) and `course/source/` is "
-              "closed to it (`chmod 700`) before anything runs; `results.json` records which "
+              "usually forbid the user namespaces it needs). Without it, learner code gets the "
+              "kernel's confinement where the container allows it (Landlock, seccomp, every "
+              "process it starts killed and counted), and in any case an unprivileged user id "
+              "(the grader runs as root there), and `course/source/` is closed to it "
+              "(`chmod 700`) before anything runs; `results.json` records which "
               "(`extra_data.isolation`).", ""]
     return "\n".join(lines)
 
@@ -476,9 +481,9 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
 
     ``course``: the folder with ``grader/``, ``source/ASSIGNMENT/`` and ``gradescope.json``
     (default ``ROOT/source/course``); ``assignment`` defaults to ``gradescope.json``'s.
-    ``sandbox``: 'auto', 'bwrap' (required: where it cannot run, nothing is graded and the results
-    say why) or 'off'. A submission without a readable notebook scores zero, with the reason in
-    the results.
+    ``sandbox``: 'auto', 'bwrap' or 'kernel' (required: where it cannot run, nothing is graded
+    and the results say why) or 'off' (:func:`grader.isolation.sandbox.probe`). A submission
+    without a readable notebook scores zero, with the reason in the results.
 
     ``results.json`` is always there to read: written first saying that grading did not finish
     (what the student sees if the process is killed, by the memory limit say), rewritten after each
@@ -544,8 +549,8 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
         state["isolation"] = isolation.describe()
         print(f"isolation of learner code: {isolation.describe()}", flush=True)
         if os.geteuid() == 0 and os.path.isdir(os.path.join(course, "source")):
-            # Only the judge (this user) reads the reference solution; learner code, which runs as
-            # an unprivileged user id without bubblewrap, cannot enter the folder.
+            # Only the judge (this user) reads the reference solution; learner code, which runs
+            # under an unprivileged user id without bubblewrap, cannot enter the folder.
             os.chmod(os.path.join(course, "source"), 0o700)
         screen = "gradescope" not in os.environ.get(environment.UNSCREENED_FOR_TESTS,
                                                     "").split(",")
@@ -561,7 +566,7 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
             print(f"grading {state['notebook']} as {assignment}", flush=True)
             state["result"] = grade_notebook(
                 state["notebook"], assignment, course,
-                sandbox="bwrap" if isolation.sandboxed else "off", screen=screen, progress=progress)
+                sandbox=isolation.setting(), screen=screen, progress=progress)
         except FileNotFoundError as exc:
             failure = str(exc)
         except ValueError as exc:   # not a notebook (grader.isolation.source)
@@ -603,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("run", help="grade ROOT/submission/ into ROOT/results/results.json")
     p.add_argument("--root", default=None, help=f"default: ${ROOT_ENV} or {DEFAULT_ROOT}")
     p.add_argument("--assignment", default=None)
-    p.add_argument("--sandbox", choices=["auto", "bwrap", "off"], default="auto")
+    p.add_argument("--sandbox", choices=["auto", "bwrap", "kernel", "off"], default="auto")
     args = parser.parse_args(argv)
     if args.command == "build":
         path = build_autograder(args.assignment, args.out, torch_pins=args.torch_pins,

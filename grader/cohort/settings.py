@@ -45,11 +45,14 @@ class GradeSettings:
     cell_timeout_s: int = setting(600, "seconds allowed per notebook cell (nbgrader's "
                                        "Execute.timeout; compiling makes a first call slow)",
                                   flag="--cell-timeout", make="CELL_TIMEOUT", minimum=1)
-    sandbox: str = setting("auto", "isolate learner code with bubblewrap, tried for real first. "
-                                   "auto and bwrap: where it cannot run, real submissions are not "
-                                   "graded (the demo cohort runs without it under auto); off: no "
-                                   "sandbox (learner code can read this machine's files)",
-                           choices=("auto", "bwrap", "off"), make="SANDBOX")
+    sandbox: str = setting("auto", "confine learner code, each way tried for real first. auto: "
+                                   "bubblewrap, else kernel confinement (Landlock, seccomp, a user "
+                                   "id of its own); where learner code cannot be confined "
+                                   "everywhere it runs, real submissions are not graded (the demo "
+                                   "cohort runs anyway); bwrap, kernel: that one, required; off: "
+                                   "no bubblewrap, and grade whatever this machine offers "
+                                   "(printed at the start)",
+                           choices=("auto", "bwrap", "kernel", "off"), make="SANDBOX")
     roster: str = setting("", "Canvas's gradebook export (Grades > Export), for names, sections "
                               "and assignment ids in reports/canvas.csv (default: "
                               f"{files.ROSTER} in the course folder, when there is one)",

@@ -1,33 +1,38 @@
-"""Run a command in a fresh, limited, sandboxed process: the one way the grader starts a process
+"""Run a command in a fresh, limited, confined process: the one way the grader starts a process
 that executes learner code (the judge's subject, :mod:`grader.isolation.subject`, and the
 notebook kernel that nbgrader starts during ``make grade``).
 
-What a sandboxed process gets (bubblewrap, ``mode == "bwrap"``):
+Three ways to confine, tried in this order by :func:`probe` (each for real, never assumed):
 
-- a filesystem built from a short list of read-only paths: the system (``/usr``, a few files of
-  ``/etc``), the Python installation, the ``grader`` package, and what the caller names; nothing
-  else of the host exists there: not the course folder, not ``source/``, not the gradebook, not
-  other submissions, not the instructor's home;
-- a private, size-limited, writable ``/tmp`` (a tmpfs: the disk a submission may write), plus the
-  folders the caller names as writable;
-- a cleared environment with only the variables named here (nothing of the instructor's);
-- no network, its own PID namespace (when its first process ends, every process it started ends:
-  double-forked and ``setsid`` children too), no terminal;
-- when the grader runs as root: an unprivileged user id of its own (one per concurrent sandbox),
-  no capabilities, ``no_new_privs``, so files are checked against "other" permissions and the
-  process limit applies;
-- limits (``prlimit``): address space (CPU only: CUDA reserves a large virtual range), processes
-  and threads, file size, no core files; and a wall-clock timeout, after which the whole sandbox
-  is killed.
+1. **bubblewrap** (``mode == "bwrap"``): a filesystem built from a short list of read-only paths
+   (the system: ``/usr``, a few files of ``/etc``; the Python installation; the ``grader``
+   package; what the caller names): not the course folder, not ``source/``, not the gradebook,
+   not other submissions, not the instructor's home; a private, size-limited, writable ``/tmp``
+   (a tmpfs) plus the folders the caller names as writable; no network; its own PID namespace
+   (when its first process ends, every process in it ends); no terminal; when the grader runs as
+   root, an unprivileged user id of its own (one per concurrent sandbox) and no capabilities.
+2. **kernel confinement** (``mode == "kernel"``), where bubblewrap cannot run (no user
+   namespaces in a container, not installed): what the kernel lets a process do to itself
+   (:mod:`grader.isolation.confine`): Landlock (reads only the system, Python, the grader
+   package and what the caller names; writes only its own folder; no TCP; no signal, ptrace or
+   ``/proc/<pid>/mem``/``environ``/``maps`` of any process outside), seccomp (no socket, no
+   namespace, no io_uring, no ptrace, no keyrings, no System V or POSIX message IPC; no chmod,
+   chown, utime or xattr where it shares the grader's user id), ``no_new_privs``, and when the
+   grader is root a user id of its own (with a Python that user can run:
+   :mod:`grader.isolation.learner_python`).
+3. **nothing** (``mode == "none"``): limits, a cleared environment and deadlines only; the
+   instructor must have asked for it (``--sandbox off``) for real submissions.
 
-Without bubblewrap (``mode == "none"``) only the limits, the environment and the timeout apply, and
-the processes a submission started are found afterwards by a token in their environment and
-killed. :func:`probe` tries the sandbox for real before anyone relies on it: containers and some
-distributions forbid the namespaces it needs.
+In every mode the subject is started by :mod:`grader.isolation.launcher`, a child subreaper: every
+process learner code starts, whatever its session, group or environment, stays below it, and is
+killed and counted when the subject ends (:attr:`Running.leftovers`). Limits (``prlimit``):
+address space (CPU only: CUDA reserves a large virtual range), processes and threads, file size,
+no core files; and a wall-clock deadline, after which everything is killed.
 
-Why one long module (~650 lines): every limit, namespace and kill of a learner process is
-decided here, so that a reviewer checks the isolation in one file; sections follow a process's
-life (probe, limits, start, wait, kill, clean up).
+Why one long module (~950 lines): every limit, namespace, layer and kill of a learner process is
+decided here, so that a reviewer checks the isolation in one file (the system calls themselves
+are in :mod:`grader.isolation.confine`, the launcher's loop in :mod:`grader.isolation.launcher`);
+sections follow a process's life (probe, limits, start, wait, kill, clean up).
 """
 from __future__ import annotations
 
@@ -44,11 +49,15 @@ import threading
 import time
 
 from grader import _environment as environment
+from grader.isolation import confine, learner_python
 
 GIB = 1024 ** 3
 # Unprivileged user ids for sandboxes started by root: far above real users and the ranges
 # systemd and container runtimes hand out. One per concurrent sandbox.
 UID_BASE = int(os.environ.get(environment.SANDBOX_UID_BASE, "1990000000"))
+# Without bubblewrap, the launcher's own pid is added to this: unique while it lives, on the whole
+# machine (a pid is at most 2**22), and clear of the ids bubblewrap's sandboxes take above.
+KERNEL_UID_BASE = UID_BASE + 2 ** 22
 # Variables a sandboxed process may inherit (names, or prefixes ending in "_"): locale, CUDA
 # and the library path a GPU driver may need. Everything else is dropped.
 ENV_PASSTHROUGH = ("LANG", "LC_", "TZ", "LD_LIBRARY_PATH", "CUDA_", "NVIDIA_", "CC", "CXX")
@@ -67,7 +76,7 @@ class Limits:
     timeout_s: float | None = 300.0
     memory_bytes: int | None = 6 * GIB     # address space per process; ignored on CUDA
     processes: int | None = None           # tasks (processes + threads); None: scales with cores
-    disk_bytes: int = 2 * GIB              # the private writable /tmp
+    disk_bytes: int = 2 * GIB              # what it may write: the private /tmp, or its home
     file_bytes: int = 2 * GIB              # the largest file it may write
 
     def task_limit(self) -> int:
@@ -77,21 +86,55 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class Isolation:
-    """How learner code is isolated on this machine: 'bwrap', or 'none' with the reason."""
+    """How learner code is confined on this machine: 'bwrap', 'kernel' or 'none' (:func:`probe`),
+    with the reason a better mode was not used."""
 
     mode: str
     reason: str = ""
 
     @property
     def sandboxed(self) -> bool:
+        """bubblewrap: learner code sees a filesystem of its own."""
         return self.mode == "bwrap"
 
+    def setting(self) -> str:
+        """The ``--sandbox`` value that gives this isolation again (another process, a Ray node)."""
+        return {"bwrap": "bwrap", "kernel": "kernel"}.get(self.mode, "off")
+
     def describe(self) -> str:
+        counted = "every process it starts killed and counted when it ends"
         if self.sandboxed:
-            return "bubblewrap sandbox (own filesystem view, no network, own user and PID namespace)"
+            return ("bubblewrap sandbox (own filesystem view, no network, own user and PID "
+                    f"namespace; {counted})")
+        if self.mode == "kernel":
+            why = f" ({self.reason})" if self.reason else ""
+            return f"kernel confinement without bubblewrap{why}: {kernel_layers()}; {counted}"
         user = (" (learner code runs as an unprivileged user id)"
                 if drops_privileges_unsandboxed() else "")
         return (f"NO sandbox: {self.reason}" if self.reason else "NO sandbox") + user
+
+    def warning(self) -> str:
+        """What the process that runs learner code (the subject) can and cannot do here without
+        bubblewrap, exactly: printed at the start of a run that grades without it."""
+        if self.mode == "kernel":
+            return ("WARNING: no bubblewrap. The process that runs learner code for the judge (the "
+                    "subject) gets kernel confinement instead: it cannot read source/, the "
+                    "gradebook or other submissions, write anything outside its own temporary "
+                    "folder, reach the network, or signal, trace or read the memory, environment "
+                    "or maps of the judge or of another submission's process; every process it "
+                    "starts is killed and counted when it ends. It can still see which paths "
+                    "exist (not their contents) and which processes run, and it shares the "
+                    "machine's CPU and memory within its limits (docs/trust.md).")
+        can = ("under a user id of its own with limits and deadlines only: it can read every "
+               "file other users may read (source/ unless closed to them, other submissions) and "
+               "print it into its feedback; the grading user's other files and processes are "
+               "out of its reach" if drops_privileges_unsandboxed() else
+               "as the grading user with limits and deadlines only: it can read and write what "
+               "that user can (source/, the gradebook, other submissions), print it into its "
+               "feedback, and signal that user's processes, the judge's among them")
+        return (f"WARNING: learner code is not confined here ({self.reason}): it runs {can}; "
+                f"every process it starts is still killed and counted when it ends "
+                f"(docs/trust.md).")
 
 
 @dataclasses.dataclass
@@ -135,32 +178,38 @@ def switches_user() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
-def _others_can_reach(path: str, *, execute: bool = False) -> bool:
-    """Can a user who owns nothing open ``path`` (every folder on the way enterable by others)?"""
-    path = os.path.realpath(path)
-    parts = path.strip("/").split("/")
-    for i in range(1, len(parts)):
-        if not os.stat("/" + "/".join(parts[:i])).st_mode & 0o001:
-            return False
-    mode = os.stat(path).st_mode
-    return bool(mode & (0o001 if execute else 0o004))
-
-
 @functools.lru_cache(maxsize=None)
 def drops_privileges_unsandboxed() -> bool:
-    """Without bubblewrap, root still runs learner code as an unprivileged user id (setpriv) when
-    that user can run this Python and read the grader package (Gradescope's image: setup.sh makes
-    its venv readable). Files the grading user keeps to itself (``chmod 700``) are then out of
-    reach, the course's ``source/`` among them where the instructor closed it. Where that user
-    could not even start Python (a venv under root's home), learner code runs as the grader's
-    user, and the isolation says so."""
-    if not switches_user():
+    """Without bubblewrap, root runs learner code under a user id of its own wherever a Python
+    that user can run exists (:func:`grader.isolation.learner_python.for_other_users`: this
+    environment's own where other users can read it, as in Gradescope's image, else a copy of its
+    base interpreter made inside the venv). Where even the environment's packages are closed to
+    other users, learner code would run as the grader's user: kernel confinement then refuses to
+    run (root is exempt from the process limit, and owns the course), and the isolation says so."""
+    if os.geteuid() != 0:
         return False
-    import site
+    try:
+        learner_python.for_other_users(grader_package_dir())
+    except learner_python.Unavailable:
+        return False
+    return True
 
-    needed = [python_executable(), os.path.join(grader_package_dir(), "__init__.py"),
-              *[p for p in site.getsitepackages() if os.path.isdir(p)]]
-    return all(_others_can_reach(p, execute=(p == needed[0])) for p in needed)
+
+def kernel_layers() -> str:
+    """What kernel confinement puts on learner code on this machine, in words (the isolation
+    line of ``make grade`` and Gradescope's results)."""
+    abi = min(confine.landlock_abi(), confine.KNOWN_ABI)
+    own = os.geteuid() == 0
+    walls = ["reads only the system, Python and the grader package", "writes only its own folder"]
+    if abi >= 4:
+        walls.append("no TCP")
+    if abi >= 6:
+        walls.append("no signal or abstract socket to any process outside")
+    walls.append("no ptrace or /proc memory, environ or maps of any process outside")
+    calls = "no socket, namespace, io_uring, ptrace, keyring or IPC" + (
+        "" if own else "; no chmod, chown, utime or xattr")
+    user = "a user id of its own" if own else "the grader's user id (the grader is not root)"
+    return f"Landlock ABI {abi} ({'; '.join(walls)}), seccomp ({calls}), no_new_privs, {user}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,29 +279,47 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
             read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
             env: dict[str, str] | None = None, cwd: str | None = None, device: str = "cpu",
             uid: int | None = None) -> list[str]:
-    """The full command line that runs ``argv`` limited (and sandboxed, for 'bwrap').
+    """The full command line that runs ``argv`` limited (and sandboxed, for 'bwrap'; 'kernel' and
+    'none' alike otherwise: the kernel's layers are the launcher's, :func:`start`).
 
     ``env`` is the complete environment (see :func:`environment`); ``uid`` the unprivileged
     user id when :func:`switches_user` (see :func:`run`, which takes and gives one back).
     """
     env = dict(env if env is not None else environment())
-    prefix: list[str] = []
-    if shutil.which("prlimit"):
-        prefix = ["prlimit", *(f"--{name}={value}" for name, value in
-                               child_limits(limits, device, uid).items()), "--"]
+    prefix = _prlimit(limits, device, uid)
     if not isolation.sandboxed:
         drop = []
         if uid is not None:
             drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                     "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
         return prefix + drop + ["env", "-i", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
+    box = _bwrap(limits=limits, read_only=read_only, writable=writable, env=env, cwd=cwd,
+                 device=device)
+    if uid is not None and switches_user():
+        box += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    else:
+        box[1:1] = ["--cap-drop", "ALL"]
+    return prefix + box + list(argv)
+
+
+def _prlimit(limits: Limits, device: str, uid: int | None) -> list[str]:
+    if not shutil.which("prlimit"):
+        return []
+    return ["prlimit", *(f"--{name}={value}" for name, value in
+                         child_limits(limits, device, uid).items()), "--"]
+
+
+def _bwrap(*, limits: Limits, read_only, writable, env: dict[str, str], cwd: str | None,
+           device: str) -> list[str]:
+    """bubblewrap's part of a command line, up to the program it runs."""
     # The grader package is bound where it lies: put it first on the path there, so the sandboxed
     # Python imports this very copy whatever installed it (an editable install pointing at
     # another checkout, a copy unpacked from a Gradescope autograder zip). Its parent folder
     # holds nothing else inside the sandbox.
-    env["PYTHONPATH"] = os.pathsep.join(
+    env = dict(env, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(grader_package_dir())]
-        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
     made: set[str] = set()
     box = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv",
@@ -270,9 +337,8 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
             box += ["--ro-bind-try", "/etc/" + name, "/etc/" + name]
     box += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", "/tmp"]
-    if device.startswith("cuda"):
-        for path in sorted(glob.glob("/dev/nvidia*")):
-            box += ["--dev-bind", path, path]
+    for path in _gpu_devices(device):
+        box += ["--dev-bind", path, path]
     for path in _read_only_paths(list(read_only)):
         box += _bind("--ro-bind", path, made)
     # Writable binds last, so that they stay writable inside a path bound read-only above.
@@ -280,19 +346,33 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
         box += _bind("--bind", os.path.abspath(path), made)
     for key, value in sorted(env.items()):
         box += ["--setenv", key, value]
-    box += ["--chdir", cwd or env.get("HOME", "/tmp")]
-    if uid is not None and switches_user():
-        box += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
-    else:
-        box[1:1] = ["--cap-drop", "ALL"]
-    return prefix + box + list(argv)
+    return box + ["--chdir", cwd or env.get("HOME", "/tmp")]
+
+
+def _gpu_devices(device: str) -> list[str]:
+    return sorted(glob.glob("/dev/nvidia*")) if device.startswith("cuda") else []
+
+
+# Device files every process may read and write (and ioctl: Landlock's IOCTL_DEV right).
+COMMON_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def landlock_paths(*, read_only, writable, device: str) -> dict[str, list[str]]:
+    """What Landlock lets learner code reach (the launcher's ``read``, ``write`` and ``devices``):
+    the same paths bubblewrap binds, and ``/proc`` and ``/sys`` to read (another process's
+    memory, environment and maps stay closed: Landlock refuses ptrace access across domains)."""
+    read = [*SYSTEM_DIRS, *(f"/etc/{name}" for name in ETC_FILES), "/proc", "/sys",
+            *_read_only_paths(list(read_only))]
+    return {"read": [p for p in read if os.path.exists(p)],
+            "write": [os.path.abspath(p) for p in writable],
+            "devices": [*COMMON_DEVICES, *_gpu_devices(device)]}
 
 
 def _nproc(limits: Limits, uid: int | None) -> int:
     """RLIMIT_NPROC counts every task of the process's user: an own user id gets the limit
     itself; otherwise it comes on top of what this user already runs."""
-    if uid is not None and switches_user():
+    if uid is not None and os.geteuid() == 0:
         return limits.task_limit()
     return _tasks_of_user(os.getuid()) + limits.task_limit()
 
@@ -387,22 +467,108 @@ def _probe_bwrap() -> str:
         give_back_uid(uid)
 
 
-def probe(mode: str = "auto") -> Isolation:
-    """How learner code will be isolated: 'bwrap' after a real sandboxed call succeeded.
+# A Python run under kernel confinement by the probe: it must fail to read a file that every user
+# may read, to open a socket and to signal the probing process, and still import the grader and
+# find torch, and write its own folder.
+_KERNEL_CHECK = """
+import importlib.util, os, socket, sys
+canary, outside = sys.argv[1], int(sys.argv[2])
+for what, attempt in (("read", lambda: open(canary).read()), ("socket", socket.socket),
+                      ("signal", lambda: os.kill(outside, 0))):
+    try:
+        attempt()
+        print("UNCONFINED:", what)
+    except PermissionError:
+        pass
+open(os.path.join(os.environ["HOME"], "probe"), "w").write("ok")
+import grader.isolation.sandbox
+os.listdir(os.path.dirname(importlib.util.find_spec("torch").origin))
+print("confined-ok", os.getuid())
+"""
 
-    ``mode``: 'auto' (the sandbox when it works here, else none, with the reason), 'bwrap'
-    (required: raises :class:`SandboxUnavailable` with the reason) or 'off'.
+
+@functools.lru_cache(maxsize=None)
+def _probe_kernel() -> str:
+    """'' when kernel confinement really works here, else why not. Nothing is assumed from the
+    kernel's version: a container's seccomp profile may refuse Landlock's calls, a distribution
+    may leave Landlock out of its boot list, a kernel may claim an ABI it does not fully have;
+    so a real Python is confined by the launcher and must fail what it must fail."""
+    if not sys.platform.startswith("linux"):
+        return "kernel confinement needs Linux"
+    if not confine.architecture():
+        import platform
+
+        return f"this grader has no system call table for {platform.machine()} (seccomp)"
+    abi = confine.landlock_abi()
+    if abi < 1:
+        return ("Landlock is not available (Linux older than 5.13, Landlock not in the kernel's "
+                "boot list of security modules, or a container's seccomp profile refuses it)")
+    if os.geteuid() != 0 and abi < 6:
+        return (f"this kernel's Landlock (ABI {abi}) cannot stop signals to other processes "
+                f"(ABI 6, Linux 6.12, can), and learner code would share the grader's user id")
+    if os.geteuid() == 0:
+        try:
+            learner_python.for_other_users(grader_package_dir())
+        except learner_python.Unavailable as exc:
+            return f"learner code would run as root: {exc}"
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="kernel-probe-")
+    try:
+        os.chmod(folder, 0o755)
+        canary = os.path.join(folder, "canary")
+        with open(canary, "w") as fh:
+            fh.write("every user may read this file; a confined process may not")
+        os.chmod(canary, 0o644)
+        home = os.path.join(folder, "home")
+        os.mkdir(home)
+        try:
+            running = start([python_executable(), "-c", _KERNEL_CHECK, canary, str(os.getpid())],
+                            isolation=Isolation("kernel"), limits=Limits(timeout_s=60),
+                            env=environment(home=home), home=home, reply=False)
+        except OSError as exc:
+            return f"the launcher did not start: {exc}"
+        try:
+            running.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        finished = running.finish(grace_s=0)
+        out = finished.output.decode(errors="replace")
+        if running.setup_error:
+            return f"the kernel refused a layer: {running.setup_error}"
+        if "confined-ok" not in out or "UNCONFINED" in out:
+            lines = [line for line in out.strip().splitlines() if line][-2:] or ["no output"]
+            return f"a confined Python did not behave as confined here ({' / '.join(lines)})"
+        return ""
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+MODES = ("auto", "bwrap", "kernel", "off")
+
+
+def probe(mode: str = "auto") -> Isolation:
+    """How learner code will be confined, each way tried for real first.
+
+    ``mode``: 'auto' (bubblewrap where it works, else kernel confinement where that works, else
+    none, with the reasons), 'bwrap' or 'kernel' (required: raises :class:`SandboxUnavailable`
+    with the reason), 'off' (no bubblewrap: kernel confinement where it works, else none).
     """
-    if mode == "off":
-        return Isolation("none", "turned off (--sandbox off)")
-    if mode not in ("auto", "bwrap"):
-        raise ValueError(f"sandbox mode must be 'auto', 'bwrap' or 'off', not {mode!r}")
-    why = _probe_bwrap() if sys.platform.startswith("linux") else "bubblewrap needs Linux"
-    if not why:
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}, not {mode!r}")
+    why_bwrap = ("bubblewrap turned off (--sandbox off)" if mode == "off" else
+                 "bubblewrap not asked for (--sandbox kernel)" if mode == "kernel" else
+                 _probe_bwrap() if sys.platform.startswith("linux") else "bubblewrap needs Linux")
+    if not why_bwrap:
         return Isolation("bwrap")
     if mode == "bwrap":
-        raise SandboxUnavailable(why)
-    return Isolation("none", why)
+        raise SandboxUnavailable(why_bwrap)
+    why_kernel = _probe_kernel()
+    if not why_kernel:
+        return Isolation("kernel", why_bwrap)
+    if mode == "kernel":
+        raise SandboxUnavailable(why_kernel)
+    return Isolation("none", f"{why_bwrap}; kernel confinement: {why_kernel}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,19 +618,28 @@ def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
 
 
 class Running:
-    """A limited (and sandboxed) process the caller talks to while it runs (:func:`start`):
-    requests go to its stdin, replies come back on a channel of their own (a pipe whose number
-    the process is told on its command line), and what it prints is kept apart (the last
-    :data:`OUTPUT_TAIL_BYTES`). :meth:`finish` ends it and everything it started."""
+    """A limited, confined process the caller talks to while it runs (:func:`start`): requests go
+    to its stdin, replies come back on a channel of their own (a pipe whose number the process is
+    told on its command line), and what it prints is kept apart (the last
+    :data:`OUTPUT_TAIL_BYTES`). Its launcher (:mod:`grader.isolation.launcher`) reports how it
+    ended. :meth:`finish` ends it and everything it started."""
 
-    def __init__(self, proc: subprocess.Popen, token: str, uid: int | None, reply_fd: int,
+    def __init__(self, proc: subprocess.Popen, *, token: str, uid: int | None,
+                 uid_base: int | None, reply_fd: int | None, report_fd: int, control_fd: int,
                  started: float):
         self.proc, self.token, self.uid, self.reply_fd = proc, token, uid, reply_fd
-        self.started = started
+        self.report_fd, self.control_fd, self.started = report_fd, control_fd, started
+        # Kernel confinement as root: the user id the launcher gave learner code (its own pid
+        # added to the base), swept again here should the launcher itself be gone. (Under
+        # bubblewrap the PID namespace ends everything, and the same user id may be another
+        # worker's sandbox.)
+        self.learner_uid = None if uid_base is None else uid_base + proc.pid
         self._output = bytearray()
         self._reader = threading.Thread(target=self._collect, daemon=True)
         self._reader.start()
+        self._report: dict | None = None
         self.leftovers: list[int] = []
+        self.survivors: list[int] = []
 
     def _collect(self) -> None:
         try:
@@ -495,10 +670,42 @@ class Running:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def report(self) -> dict:
+        """What the launcher said when it ended (``{}`` while it runs, or if it was killed):
+        ``status``, ``leftovers``, ``survivors``, ``error``."""
+        if self._report is None and self.proc.poll() is not None:
+            import json
+
+            data = b""
+            try:
+                os.set_blocking(self.report_fd, False)
+                while chunk := os.read(self.report_fd, 1 << 16):
+                    data += chunk
+            except (BlockingIOError, OSError):
+                pass
+            try:
+                self._report = json.loads(data.decode()) if data.strip() else {}
+            except ValueError:
+                self._report = {}
+        return self._report or {}
+
+    @property
+    def exceeded(self) -> str:
+        """The limit the launcher stopped the process for ('disk'), or ''."""
+        return str(self.report().get("exceeded") or "")
+
+    @property
+    def setup_error(self) -> str:
+        """Why the launcher could not confine and start the program ('' when it did): a grader
+        failure, never the learner's."""
+        return str(self.report().get("error") or "")
+
     def finish(self, grace_s: float = 5.0) -> Finished:
-        """End the process: close its stdin, give it ``grace_s`` to exit, then kill its whole
-        process group; kill whatever it started that is still running (its environment token),
-        and check that nothing is left (:attr:`leftovers`: what the second sweep found)."""
+        """End the process: close its stdin and give it ``grace_s`` to exit; then tell its
+        launcher to stop (it kills everything below it); as a last resort kill the launcher's
+        process group. Then sweep for anything of it still running, by its environment token and
+        its user id: :attr:`leftovers` is every process learner code left running when its
+        process ended (each killed), :attr:`survivors` what was still there after all that."""
         try:
             self.proc.stdin.close()
         except OSError:
@@ -508,17 +715,31 @@ class Running:
             self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(self.proc)
-            self.proc.wait()
+            _close(self.control_fd)       # the launcher kills everything below it, and ends
+            self.control_fd = None
+            try:
+                self.proc.wait(timeout=launcher_sweep_s())
+            except subprocess.TimeoutExpired:
+                _kill_group(self.proc)
+                self.proc.wait()
+        _close(self.control_fd)
+        self.control_fd = None
+        report = self.report()
+        left = set(report.get("leftovers") or ())
         _kill_group(self.proc)
-        # Sweep until a sweep finds nothing: a process killed a moment ago may still be dying,
-        # and one may have forked in between. What the last sweep still found is reported.
+        # The launcher swept already; these sweeps find only what escaped it (it was killed).
         deadline = time.monotonic() + 5.0
-        while _kill_leftovers(self.token) and time.monotonic() < deadline:
+        while True:
+            found = set(_kill_leftovers(self.token)) | set(_kill_user(self.learner_uid))
+            left |= found
+            if not found or time.monotonic() > deadline:
+                break
             time.sleep(0.05)
-        self.leftovers = _kill_leftovers(self.token)
+        self.leftovers = sorted(left)
+        self.survivors = sorted(set(report.get("survivors") or ()) | set(
+            _kill_leftovers(self.token)) | set(_kill_user(self.learner_uid)))
         self._reader.join(timeout=10)
-        _close(self.reply_fd)
+        _close(self.reply_fd, self.report_fd)
         give_back_uid(self.uid)
         return Finished(self.proc.returncode, bytes(self._output[-OUTPUT_TAIL_BYTES:]), timed_out,
                         time.monotonic() - self.started)
@@ -527,47 +748,110 @@ class Running:
 OUTPUT_TAIL_BYTES = 64 * 1024
 
 
-def _own_user(isolation: Isolation) -> bool:
-    """Does a learner process started with ``isolation`` get a user id of its own?"""
-    if isolation.sandboxed:
-        return switches_user()
-    return drops_privileges_unsandboxed()
+def launcher_sweep_s() -> float:
+    from grader.isolation.launcher import SWEEP_S
+
+    return SWEEP_S + 5.0
 
 
 def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
           read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
-          env: dict[str, str] | None = None, cwd: str | None = None,
-          device: str = "cpu", own: list[str] | tuple = ()) -> Running:
-    """Start ``argv`` limited (and sandboxed) with a reply channel: the channel's number is
-    appended to ``argv`` (``--reply-fd N``). ``limits.timeout_s`` is the caller's to enforce
-    (:meth:`Running.reader` deadlines, :meth:`Running.finish`). ``own``: folders the process
-    must be able to write, given to its user id when it gets one of its own. Raises ``OSError``
-    when the process cannot be started at all."""
-    uid = take_uid() if _own_user(isolation) else None
-    for folder in own:
-        if uid is not None:
-            os.chown(folder, uid, uid)
-    token = secrets.token_hex(16)
+          env: dict[str, str] | None = None, home: str | None = None, device: str = "cpu",
+          reply: bool = True) -> Running:
+    """Start ``argv`` limited and confined as ``isolation`` says, below a launcher
+    (:mod:`grader.isolation.launcher`) that finds, kills and counts whatever it leaves running.
+
+    ``reply``: give it a reply channel, whose number is appended to ``argv`` (``--reply-fd N``).
+    ``home``: without bubblewrap, the process's own folder (its working folder, the only one it
+    may write besides ``writable``; given to its user id); with bubblewrap it has the private
+    ``/tmp``. Where ``argv`` starts with this Python and learner code gets a user id of its own,
+    that user's Python is run instead (:mod:`grader.isolation.learner_python`).
+    ``limits.timeout_s`` is the caller's to enforce (:meth:`Running.reader` deadlines,
+    :meth:`Running.finish`). Raises ``OSError`` when the process cannot be started at all."""
+    import json
+
     env = dict(env if env is not None else environment())
+    token = secrets.token_hex(16)
     env[TOKEN_ENV] = token
-    read_fd, pipe_w = os.pipe()
-    write_fd = fcntl_dup_high(pipe_w)
-    os.close(pipe_w)
-    cmd = command([*argv, "--reply-fd", str(write_fd)], isolation=isolation, limits=limits,
-                  read_only=read_only, writable=writable, env=env, cwd=cwd, device=device, uid=uid)
-    preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
-    started = time.monotonic()
+    root = os.geteuid() == 0
+    program, child_env = list(argv), {}
+    uid = uid_base = None
+    if isolation.sandboxed:
+        uid = take_uid() if root else None
+        write = ["/tmp", *writable]
+    else:
+        if home is None:
+            raise ValueError("without bubblewrap a confined process needs a home folder")
+        if root and (isolation.mode == "kernel" or drops_privileges_unsandboxed()):
+            uid_base = KERNEL_UID_BASE
+            python, extra = learner_python.for_other_users(grader_package_dir())
+            if program[0] == python_executable():
+                program[0] = python
+            for key, value in extra.items():
+                child_env[key] = os.pathsep.join([value, *[p for p in [env.get(key)] if p]])
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            [_grader_path(home), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+        env["PYTHONPATH"] = os.path.dirname(grader_package_dir())    # the launcher's own
+        write = [home, *writable]
+    fds: list[int] = []
     try:
+        reply_r = reply_w = None
+        if reply:
+            reply_r, pipe_w = os.pipe()
+            reply_w = fcntl_dup_high(pipe_w)
+            os.close(pipe_w)
+            fds += [reply_r, reply_w]
+        report_r, report_w = os.pipe()
+        control_r, control_w = os.pipe()
+        fds += [report_r, report_w, control_r, control_w]
+        spec = {"uid": uid, "uid_base": uid_base, "own": [home] if uid_base is not None else [],
+                **landlock_paths(read_only=read_only, writable=write, device=device),
+                "layers": {"bwrap": "best", "kernel": "required"}.get(isolation.mode, "none"),
+                "block_metadata": isolation.mode == "kernel" and not root,
+                "disk": None if isolation.sandboxed else {"folder": home,
+                                                          "bytes": limits.disk_bytes},
+                "report_fd": report_w, "control_fd": control_r,
+                "keep_fds": [reply_w] if reply else [], "env": child_env}
+        launcher = [python_executable(), "-m", "grader.isolation.launcher", json.dumps(spec),
+                    "--", *program, *(["--reply-fd", str(reply_w)] if reply else [])]
+        nproc_uid = uid if uid is not None else uid_base
+        if isolation.sandboxed:
+            box = _bwrap(limits=limits, read_only=read_only, writable=writable, env=env,
+                         cwd=None, device=device)
+            if not root:
+                box[1:1] = ["--cap-drop", "ALL"]
+            cmd = _prlimit(limits, device, nproc_uid) + box + launcher
+        else:
+            cmd = _prlimit(limits, device, nproc_uid) + launcher
+        preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
+        started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                stderr=subprocess.STDOUT,
+                                pass_fds=tuple(fd for fd in (reply_w, report_w, control_r)
+                                               if fd is not None),
                                 start_new_session=True, preexec_fn=preexec,
-                                cwd=cwd if not isolation.sandboxed else None)
-    except OSError:
-        _close(read_fd, write_fd)
+                                cwd=None if isolation.sandboxed else home,
+                                env=None if isolation.sandboxed else env)
+    except (OSError, learner_python.Unavailable):
+        _close(*fds)
         give_back_uid(uid)
         raise
-    os.close(write_fd)  # the process holds the only writing end: EOF when it is gone
-    return Running(proc, token, uid, read_fd, started)
+    # The process holds the only writing ends of its channels: EOF when it is gone.
+    _close(reply_w, report_w, control_r)
+    return Running(proc, token=token, uid=uid, uid_base=uid_base, reply_fd=reply_r,
+                   report_fd=report_r, control_fd=control_w, started=started)
+
+
+def _grader_path(home: str) -> str:
+    """A folder in ``home`` holding only a link to the grader package: put on the path, learner
+    code imports this very copy of it (whatever installed one elsewhere), and listing the folder
+    shows nothing else (the package's own parent, the course, is not to be read)."""
+    folder = os.path.join(home, ".grader-path")
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    link = os.path.join(folder, "grader")
+    if not os.path.islink(link):
+        os.symlink(grader_package_dir(), link)
+    return folder
 
 
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
@@ -617,6 +901,25 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_user(uid: int | None) -> list[int]:
+    """Kill every process whose real user id is ``uid`` (a learner's own, never the grader's);
+    the ones found."""
+    if uid is None or uid < UID_BASE:
+        return []
+    killed = []
+    for path in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(path) as fh:
+                real = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+            if real == uid:
+                pid = int(path.split("/")[2])
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        except (OSError, ValueError, StopIteration):
+            continue
+    return killed
 
 
 def _kill_leftovers(token: str) -> list[int]:

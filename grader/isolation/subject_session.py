@@ -79,19 +79,21 @@ class SubjectSession:
                                    "TRITON_CACHE_DIR": "/tmp/triton",
                                    "PYTHONPATH": os.pathsep.join(extra)})
         self.home = None
-        if not isolation.sandboxed:  # the same layout without a sandbox: a private temporary home
+        if not isolation.sandboxed:  # the same layout without bubblewrap: a home of its own
             self.home = tempfile.mkdtemp(prefix="subject-")
             env.update(HOME=self.home, TMPDIR=self.home,
                        TORCHINDUCTOR_CACHE_DIR=os.path.join(self.home, "inductor"),
-                       TRITON_CACHE_DIR=os.path.join(self.home, "triton"),
-                       PYTHONPATH=os.pathsep.join([os.path.dirname(sandbox.grader_package_dir()),
-                                                   *extra]))
+                       TRITON_CACHE_DIR=os.path.join(self.home, "triton"))
         timeout = max(1.0, deadline - time.monotonic())
-        self.running = sandbox.start(
-            [sandbox.python_executable(), "-m", "grader.isolation.subject"], isolation=isolation,
-            limits=sandbox.Limits(timeout_s=timeout, memory_bytes=memory_bytes),
-            read_only=extra, env=env, cwd=self.home, device=device,
-            own=[self.home] if self.home else [])
+        try:
+            self.running = sandbox.start(
+                [sandbox.python_executable(), "-m", "grader.isolation.subject"],
+                isolation=isolation,
+                limits=sandbox.Limits(timeout_s=timeout, memory_bytes=memory_bytes),
+                read_only=extra, env=env, home=self.home, device=device)
+        except BaseException:
+            self._remove_home()
+            raise
         self.finished: sandbox.Finished | None = None
 
     def request(self, header: dict, blob: bytes = b"") -> tuple[dict, bytes]:
@@ -103,7 +105,7 @@ class SubjectSession:
             raise SubjectGone(Status.TIMEOUT, "your code did not finish in time (an endless loop, "
                                               "or far too slow); it was stopped") from None
         except (EOFError, BrokenPipeError, OSError):
-            raise SubjectGone(Status.CRASHED, self._death()) from None
+            raise self._gone() from None
         except ProtocolError as exc:
             raise SubjectGone(Status.REJECTED, f"the process that ran your code broke the "
                                                f"grader's protocol ({exc}); nothing it sent was "
@@ -112,11 +114,23 @@ class SubjectSession:
             raise GraderFailed(str(reply["grader_error"])[-6000:])
         return reply, data
 
-    def _death(self) -> str:
+    def _gone(self) -> SubjectGone:
+        """Why the subject stopped answering: its own end (crashed), or the grader's failure to
+        confine and start it (the launcher's report)."""
         try:
             self.running.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        if self.running.setup_error:
+            return SubjectGone(Status.GRADER_ERROR, f"the grader could not start the confined "
+                                                    f"process for your code: "
+                                                    f"{self.running.setup_error}")
+        if self.running.exceeded == "disk":
+            return SubjectGone(Status.CRASHED, "your code wrote more to disk than a submission "
+                                               "may, and was stopped")
+        return SubjectGone(Status.CRASHED, self._death())
+
+    def _death(self) -> str:
         code = self.running.proc.returncode
         if code is None:
             return "the process that ran your code stopped answering"
@@ -140,8 +154,11 @@ class SubjectSession:
             except OSError:
                 pass
             self.finished = self.running.finish(grace_s=5.0)
-            if self.home:
-                import shutil
-
-                shutil.rmtree(self.home, ignore_errors=True)
+            self._remove_home()
         return self.finished
+
+    def _remove_home(self) -> None:
+        if self.home:
+            import shutil
+
+            shutil.rmtree(self.home, ignore_errors=True)

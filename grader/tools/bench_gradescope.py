@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, default=None,
                         help="pin run_autograder to this many cores (default: all of them)")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between samples")
-    parser.add_argument("--sandbox", choices=["auto", "bwrap", "off"], default="auto")
+    parser.add_argument("--sandbox", choices=["auto", "bwrap", "kernel", "off"], default="auto")
     parser.add_argument("--save", action="store_true",
                         help=f"write the figures to grader/cohort/{MEASURED_FILE} for the zip's README")
     args = parser.parse_args(argv)
