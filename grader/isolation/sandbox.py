@@ -1,6 +1,5 @@
 """Run a command in a fresh, limited, sandboxed process: the one way the grader starts a process
-that executes learner code (the judge's subject, :mod:`grader.isolation.subject`, and the
-notebook kernel that nbgrader starts during ``make grade``).
+that executes learner code (the judge's subject, :mod:`grader.isolation.subject`).
 
 What a sandboxed process gets (bubblewrap, ``mode == "bwrap"``):
 
