@@ -180,7 +180,7 @@ def autograde(course: str, sub: Submission, folder: str) -> str | None:
     shutil.copytree(os.path.join(course, files.SOURCE, sub.assignment),
                     os.path.join(folder, files.SOURCE, sub.assignment))
     shutil.copytree(sub.folder, os.path.join(folder, files.SUBMITTED, sub.student, sub.assignment))
-    log = logging.getLogger(f"grader.autograde.{id(folder)}")
+    log = logging.getLogger("grader.autograde")   # one submission at a time: one file handler
     log.propagate = False
     log.setLevel(logging.INFO)
     handler = logging.FileHandler(os.path.join(folder, files.AUTOGRADE_LOG))
