@@ -111,9 +111,7 @@ release: setup
 # downloads/ hold no files).
 COURSE ?=
 WORKERS ?=
-TIMEOUT ?=
 MEMORY_GB ?=
-CELL_TIMEOUT ?=
 SANDBOX ?=
 ROSTER ?=
 CANVAS_ASSIGNMENTS ?=
@@ -123,7 +121,7 @@ RAY_ADDRESS ?=
 DEMO ?=
 REGRADE ?=
 grade: setup
-	$(PY) -m grader.cli grade $(if $(COURSE),--course $(COURSE)) $(foreach a,$(ASSIGNMENT),--assignment $(a)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB)) $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) $(if $(SANDBOX),--sandbox $(SANDBOX)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(CANVAS_ASSIGNMENTS),--canvas-assignments $(CANVAS_ASSIGNMENTS)) $(if $(CANVAS_PER_QUESTION),--canvas-per-question) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO)) $(if $(REGRADE),--regrade)
+	$(PY) -m grader.cli grade $(if $(COURSE),--course $(COURSE)) $(foreach a,$(ASSIGNMENT),--assignment $(a)) $(if $(WORKERS),--workers $(WORKERS)) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB)) $(if $(SANDBOX),--sandbox $(SANDBOX)) $(if $(ROSTER),--roster $(ROSTER)) $(if $(CANVAS_ASSIGNMENTS),--canvas-assignments $(CANVAS_ASSIGNMENTS)) $(if $(CANVAS_PER_QUESTION),--canvas-per-question) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS)) $(if $(DEMO),--demo-students $(DEMO)) $(if $(REGRADE),--regrade)
 
 # The Gradescope autograder zip of one problem set: build/gradescope/ASSIGNMENT-autograder.zip.
 # GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: the one the

@@ -11,29 +11,14 @@ c.CourseDirectory.course_id = "torch-compile"
 # (from the current folder) after /etc/jupyter/nbgrader_config.py, so this line wins over a
 # c.Exchange.root set there: set COURSE_EXCHANGE in the server's environment instead.
 c.Exchange.root = os.environ.get("COURSE_EXCHANGE") or "/usr/local/share/nbgrader/exchange"
-# Compiling is slow on a first call: give each cell far more than nbgrader's 30 s default (the
-# same limit as `make grade`'s, declared once in grader/cohort/settings.py).
-from grader.cohort.settings import DEFAULTS  # noqa: E402
-
-c.ExecutePreprocessor.timeout = DEFAULTS.cell_timeout_s
-# --- Autograde: nbgrader's default steps, in its order, with two of ours --------------------
-# Formgrader's autograde (`make lab`) and `make grade` both run this chain. RobustExecute is
-# nbgrader's Execute made to survive a kernel that dies (and, during `make grade`, to start the
-# kernel in the sandbox); ApplyJudgedScores puts the judged points on the test cells
-# (during `make grade` only; elsewhere it does nothing). Order matters: ApplyJudgedScores after
-# SaveAutoGrades (which records what the kernel scored) and before AssignLatePenalties (which
-# must see the final score).
-from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata,  # noqa: E402
-                                    IgnorePattern, LimitOutput, SaveAutoGrades)
-
-from grader.cohort.apply_scores import ApplyJudgedScores  # noqa: E402
-from grader.cohort.robust_execute import RobustExecute  # noqa: E402
-
-c.Autograde.autograde_preprocessors = [
-    RobustExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-    ApplyJudgedScores, AssignLatePenalties, CheckCellMetadata,
-]
+# --- Formgrader's autograde (`make lab`) and Validate: nbgrader's own, running the notebook ----
+# `make grade` runs no notebook: nbgrader's autograde there shows and records the judge's verdicts
+# in the submission as submitted, with its own steps (grader/cohort/judged_autograde.py; every
+# other setting of this file applies). Here a test cell compiles the learner's model and times it
+# against the baseline in fresh processes, a minute or more on a CPU: give each cell far more than
+# nbgrader's 30 s default (the same as the students' release/nbgrader_config.py).
+c.Execute.timeout = 600
+c.ExecutePreprocessor.timeout = 600
 # Student versions keep the problem's own setup cells; solutions and hidden tests are stripped.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 

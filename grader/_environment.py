@@ -25,21 +25,14 @@ SANDBOX_UID_BASE = "COURSE_SANDBOX_UID_BASE"
 """The first of the user ids given to sandboxed learner processes when grading as root."""
 
 # --- Set by the grader for its own child processes ----------------------------------------------
-# nbgrader's steps (ApplyJudgedScores, RobustExecute's kernel) take these from the environment,
-# not as traits on nbgrader's command line: a process's environment is readable only by its own
-# user, its command line (/proc/PID/cmdline) by every user, learner code without a sandbox included.
+# Child processes take these from the environment, not as options on their command line: a
+# process's environment is readable only by its own user, its command line (/proc/PID/cmdline) by
+# every user, learner code without a sandbox included.
 SANDBOX_READ_ONLY = "COURSE_SANDBOX_READ_ONLY"
 """Extra folders a sandboxed process may read (``os.pathsep``-separated)."""
 SANDBOX_TOKEN = "COURSE_SANDBOX_TOKEN"
 """A per-run token in every learner process's environment, by which leftovers are found and
 killed where there is no sandbox."""
-JUDGED_SCORES_FILE = "COURSE_JUDGED_SCORES_FILE"
-"""The judged points for one submission, read by nbgrader's ApplyJudgedScores step."""
-JUDGED_SCORES_DISPLAY = "COURSE_JUDGED_SCORES_DISPLAY"
-"""The judged results that a test cell shows while nbgrader runs the notebook (it decides
-nothing)."""
-KERNEL_SANDBOX = "COURSE_KERNEL_SANDBOX"
-"""How nbgrader's kernel for a submission is started in the sandbox (JSON, from make grade)."""
 AUTOGRADER_DEADLINE_S = "COURSE_AUTOGRADER_DEADLINE_S"
 """Gradescope: seconds after which run_autograder stops itself and writes results.json."""
 

@@ -119,9 +119,10 @@ def graded_demo(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("demo") / "course")
     demo.build_demo_course(root, ["ps2"], folder=folder)
     started = time.monotonic()
-    # gus_loop's endless cell runs until these limits: shorter than the demo's own (which leave room
-    # for slow machines), since every other cell of a graded run reads results and ends in seconds.
-    run = grade(folder, ["ps2"], workers=2, cell_timeout_s=60, subject_timeout_s=60)
+    # gus_loop's endless loop runs until the subject's deadline: one shorter than make grade's
+    # (measured from the references, with room for slow machines), since the honest subjects of
+    # ps2 end in seconds. The measured deadline is tested on its own (tests/test_judged_autograde.py).
+    run = grade(folder, ["ps2"], workers=2, subject_timeout_s=60)
     print(f"demo cohort ps2: {time.monotonic() - started:.0f} s")
     return run
 

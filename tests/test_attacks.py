@@ -1,6 +1,7 @@
 """The attack corpus: submissions written the way a determined student would, each graded by the
 real run (`grade()`, what `make grade` runs), none scoring above what the same code earns
-honestly; nothing secret reaches any feedback; nothing a submission started outlives it; and a
+honestly; code outside the solution cells never runs, and outputs saved in the notebook earn
+nothing; nothing secret reaches any feedback; nothing a submission started outlives it; and a
 grader's manual scores survive a regrade, with timestamps and late penalties applied as nbgrader
 applies them.
 
@@ -21,7 +22,6 @@ import pytest
 
 from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
-from grader.cohort.files import DISAGREEMENTS_FILE
 from grader.cohort.grade import grade
 import test_attacks_escape as escape
 from ps2_submissions import PASS_CLASS, PS, ROOT, _notebook, _scores, _write
@@ -55,7 +55,8 @@ SOLUTION_ATTACKS = {
     "read_files_in_the_subject": PASS_CLASS.replace(
         "    pass\n", "    def forward(self, x):\n        raise ValueError(open('/etc/hostname').read())\n"),
 }
-# Attacks in an extra cell the student added: they run only in the notebook's kernel.
+# Attacks in an extra cell the student added, which once ran in the notebook's kernel nbgrader
+# started for the feedback: make grade runs no cell of the notebook now, so they never run.
 KERNEL_ATTACKS = {
     "rebind_run_test": (BLANK, "FusedGroupNormGELU = object\n"
                                "def run_test(grade_id, *objects):\n"
@@ -104,9 +105,51 @@ def _snoop_code(course: str) -> str:
             "                print('ERR', path, exc)\n")
 
 
+FORGED = "[PASS] everything (an output saved in the notebook)"
+
+
+def _notebook(release_nb, solution: str | None, extra: str | None, forged: bool = False):
+    """The release notebook with ``solution`` in its solution cell and ``extra`` in a cell of its
+    own after it; ``forged``: saved with outputs that claim full marks in every test cell."""
+    nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
+    for cell in nb.cells if forged else []:
+        meta = cell.metadata.get("nbgrader") or {}
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=FORGED),
+                            nbformat.v4.new_output("execute_result", execution_count=1,
+                                                   data={"text/plain": str(meta["points"])})]
+    for index, cell in enumerate(nb.cells):
+        if (cell.metadata.get("nbgrader") or {}).get("solution") and cell.cell_type == "code":
+            if solution is not None:
+                cell.source = solution
+            if extra is not None:
+                nb.cells.insert(index + 1, nbformat.v4.new_code_cell(extra))
+            break
+    return nb
+
+
+def _write(course: str, student: str, nb, timestamp: str = "2026-12-01 12:00:00.000000 UTC"):
+    folder = os.path.join(course, "submitted", student, PS)
+    os.makedirs(folder, exist_ok=True)
+    nbformat.write(nb, os.path.join(folder, f"{PS}.ipynb"))
+    with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
+        fh.write(timestamp + "\n")
+
+
+def _scores(course: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook("sqlite:///" + os.path.join(course, "gradebook.db")) as gb:
+        return {s.student_id: float(s.score) for s in gb.assignment_submissions(PS)}
+
+
+def _graded_notebook(course: str, student: str):
+    return nbformat.read(os.path.join(course, "autograded", student, PS, f"{PS}.ipynb"), as_version=4)
+
+
 def _test_cell_outputs(course: str, student: str) -> str:
     """What the graded notebook's test cells show (the feedback renders these)."""
-    nb = nbformat.read(os.path.join(course, "autograded", student, PS, f"{PS}.ipynb"), as_version=4)
+    nb = _graded_notebook(course, student)
     return "".join(str(o.get("text", "")) + str(o.get("evalue", ""))
                    for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("grade")
                    and not (c.metadata.get("nbgrader") or {}).get("solution")
@@ -131,14 +174,15 @@ def attacked():
         _write(course, student, _notebook(release_nb, code, None))
     for student, (solution, extra) in {**KERNEL_ATTACKS, **HONEST}.items():
         extra = _snoop_code(course) if student == "snoop" else extra
-        _write(course, student, _notebook(release_nb, solution, extra))
+        _write(course, student, _notebook(release_nb, solution, extra,
+                                          forged=student in KERNEL_ATTACKS))
     for student, code in UNSCREENED.items():
         _write(course, student, _notebook(release_nb, code, None))
     escape.write_cohort(course, release_nb)   # an escaped child and its victim
     os.environ["COURSE_SECRET_TEST"] = SECRET  # an instructor's secret in the grading process
     os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join([*UNSCREENED, *escape.UNSCREENED])
     try:
-        run = grade(course, [PS], workers=2, cell_timeout_s=demo.DEMO_CELL_TIMEOUT_S)
+        run = grade(course, [PS], workers=2)
     finally:
         os.environ.pop("COURSE_SECRET_TEST", None)
         os.environ.pop(UNSCREENED_FOR_TESTS_ENV, None)
@@ -159,18 +203,20 @@ def test_solution_cell_attacks_are_refused_naming_the_line(attacked):
         assert "your solution was not run" in page and "cell 7, line " in page, student
 
 
-def test_what_the_kernel_showed_is_replaced_and_the_disagreement_reported(attacked):
-    for student in ("rebind_run_test", "patch_cell_scores"):
-        path = os.path.join(attacked.course, "autograded", student, PS, DISAGREEMENTS_FILE)
-        rows = json.load(open(path))
-        assert rows, student
-        page = _feedback(attacked.course, student)
-        assert "disagreed with the grader" in page, student
+def test_no_cell_outside_the_solutions_runs_and_saved_outputs_earn_nothing(attacked):
+    """The extra cells' code never ran (nothing printed, nothing left running, nothing read); each
+    test cell shows the judge's verdicts instead of the full marks saved in the notebook."""
+    for student in KERNEL_ATTACKS:
+        cells = _graded_notebook(attacked.course, student).cells
+        solution = next(i for i, c in enumerate(cells) if c.cell_type == "code"
+                        and (c.metadata.get("nbgrader") or {}).get("solution"))
+        extra = cells[solution + 1]                     # the cell the student added (_notebook)
+        assert not (extra.metadata.get("nbgrader") or {}).get("grade_id"), student
+        assert extra.outputs == [], (student, extra.outputs)
         shown = _test_cell_outputs(attacked.course, student)
-        assert "[PASS] everything" not in shown and "[PASS] all good" not in shown, student
-        assert "[FAIL] ps2.q1" in shown, student
-    report = open(attacked.report_path).read()
-    assert "disagreed with the grader" in report and "rebind_run_test" in report
+        assert FORGED not in shown and "[PASS] all good" not in shown, student
+        assert "ps2.q1" in shown, student
+    assert "[FAIL] ps2.q1" in _test_cell_outputs(attacked.course, "rebind_run_test")
 
 
 def test_nothing_secret_reaches_the_feedback(attacked):
@@ -182,8 +228,7 @@ def test_nothing_secret_reaches_the_feedback(attacked):
         assert SECRET not in page, student
         assert "ada_full" not in page, student            # another student
         assert "BEGIN SOLUTION" not in page, student
-    snoop = _feedback(attacked.course, "snoop")
-    assert "ENV" in snoop and "SOURCE-FILES: 0" in snoop  # it ran, and found no source/
+
 
 
 def test_nothing_a_submission_started_is_left_running(attacked):
@@ -215,7 +260,7 @@ def test_regrade_keeps_manual_grades_and_applies_timestamps_and_late_penalties(t
     _write(course, "late", _notebook(release_nb, None, None), "2026-12-02 09:30:00.000000 UTC")
     with open(os.path.join(course, "nbgrader_config.py"), "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-    grade(course, [PS], workers=1, cell_timeout_s=120)
+    grade(course, [PS], workers=1)
     url = "sqlite:///" + os.path.join(course, "gradebook.db")
     with Gradebook(url) as gb:
         gb.update_or_create_assignment(PS, duedate="2026-12-01 00:00:00 UTC")
@@ -225,7 +270,7 @@ def test_regrade_keeps_manual_grades_and_applies_timestamps_and_late_penalties(t
             c = gb.find_comment("ps2-q1-solution", PS, PS, student)
             c.manual_comment = "good try"
         gb.db.commit()
-    run = grade(course, [PS], workers=1, cell_timeout_s=120, regrade=True)
+    run = grade(course, [PS], workers=1, regrade=True)
     assert {o.status for o in run.outcomes} == {"graded"}
     with Gradebook(url) as gb:
         for student in ("on_time", "late"):

@@ -5,6 +5,7 @@ Problem set 2 is the cheapest to grade, so the cohort tests use it; the other se
 are checked by `make grade` itself (its exit status compares them with demo_expected.json).
 """
 import csv
+import html
 import json
 import os
 import signal
@@ -53,16 +54,51 @@ def test_unreadable_submissions_score_zero_with_a_reason_and_nobody_else_is_affe
     assert corrupt.status == "failed" and "not a readable notebook" in corrupt.reason
     page = os.path.join(demo_run.course, "feedback", "hal_corrupt", ASSIGNMENT, "NOT_GRADED.html")
     assert "not a readable notebook" in open(page).read()
-    # The crash and the endless loop are graded (zero for what they broke), with the reason
-    # in their feedback; the full solution next to them keeps full marks.
-    for student, reason in (("fay_crash", "kernel died"), ("gus_loop", "Timeout")):
+    # The crash (os._exit, refused before it runs) and the endless loop (stopped at the subject's
+    # deadline) are graded, zero for what they broke, with the reason under their solution cell
+    # in the feedback; the full solution next to them keeps full marks.
+    for student, reason in (("fay_crash", "your solution was not run"),
+                            ("gus_loop", "did not finish in time (an endless loop, or far too "
+                                         "slow); it was stopped after 60 s")):
         assert by_student[student].status == "graded"
+        solution = next(c for c in _graded_notebook(demo_run.course, student).cells
+                        if c.metadata.get("nbgrader", {}).get("grade_id") == "ps2-q1-solution")
+        shown = [o for o in solution.outputs if o.output_type == "error"]
+        assert len(shown) == 1 and reason in shown[0].evalue, (student, solution.outputs)
         fb = os.path.join(demo_run.course, "feedback", student, ASSIGNMENT, f"{ASSIGNMENT}.html")
-        assert reason.lower() in open(fb).read().lower(), student
+        assert reason in html.unescape(open(fb).read()), student
     assert by_student["ada_full"].score == by_student["ada_full"].max_score
     # Real submissions (not the demo) with an ungradable one exit with status 2.
     demo_run.demo = False
     assert exit_status(demo_run) == 2
+
+
+def _graded_notebook(course: str, student: str):
+    import nbformat
+
+    return nbformat.read(os.path.join(course, "autograded", student, ASSIGNMENT,
+                                      f"{ASSIGNMENT}.ipynb"), as_version=4)
+
+
+def test_the_graded_notebook_is_the_submission_with_the_judges_verdicts(demo_run):
+    """Nothing of a submission runs outside the subject: its graded notebook is the notebook as
+    submitted (the demo's have no saved outputs), its autograded test cells showing the judge's
+    verdicts."""
+    import nbformat
+
+    for student in ("ada_full", "ben_partial", "eve_wrong"):
+        graded = _graded_notebook(demo_run.course, student)
+        submitted = nbformat.read(os.path.join(demo_run.course, "submitted", student, ASSIGNMENT,
+                                               f"{ASSIGNMENT}.ipynb"), as_version=4)
+        judged = json.load(open(os.path.join(demo_run.course, "autograded", student, ASSIGNMENT,
+                                             "grader-results.json")))
+        assert len(graded.cells) == len(submitted.cells)
+        for mine, theirs in zip(graded.cells, submitted.cells):
+            meta = mine.metadata.get("nbgrader", {})
+            if mine.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                assert mine.outputs[0].text.strip() == judged["cells"][meta["grade_id"]]["text"]
+            else:
+                assert mine.source == theirs.source and mine.get("outputs") == theirs.get("outputs")
 
 
 def test_gradebook_csv_and_report_agree(demo_run):

@@ -92,6 +92,14 @@ def test_both_configurations_set_the_exchange_root_from_course_exchange(monkeypa
     assert NBGRADER_DEFAULT_EXCHANGE in guide and "COURSE_EXCHANGE" in guide
 
 
+def test_the_instructors_config_gives_validate_and_formgrader_the_students_cell_timeout(monkeypatch):
+    # make grade runs no cell; Formgrader's autograde and an instructor's Validate do, like a
+    # student's Validate.
+    student, instructor = _load(STUDENT_CONFIG, monkeypatch), _load(INSTRUCTOR_CONFIG, monkeypatch)
+    for config in (student, instructor):
+        assert config.Execute.timeout == config.ExecutePreprocessor.timeout == 600
+
+
 def test_student_config_for_several_courses_is_nbgraders_multi_course_setup(monkeypatch):
     from nbgrader.auth import JupyterHubAuthPlugin
 

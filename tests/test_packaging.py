@@ -79,7 +79,7 @@ def test_every_makefile_target_runs_the_grader_through_one_cli_with_help_for_eac
 def test_each_grade_setting_is_declared_once_and_make_passes_only_what_the_user_set():
     """`make grade`'s options come from one declaration (GradeSettings: default and help per
     field); the Makefile adds an option only when its variable is set, so no default is written
-    twice; the course's nbgrader config reads the cell timeout from the same place."""
+    twice."""
     import dataclasses
 
     from grader.cohort import settings
@@ -110,8 +110,6 @@ def test_each_grade_setting_is_declared_once_and_make_passes_only_what_the_user_
 
     assert dry_run()[-2:] == ["grader.cli", "grade"]
     assert dry_run("WORKERS=2", "SANDBOX=off")[-4:] == ["--workers", "2", "--sandbox", "off"]
-    config = open(os.path.join(ROOT, "nbgrader_config.py")).read()
-    assert "DEFAULTS.cell_timeout_s" in config and "timeout = 600" not in config
 
 
 def _grade_parser():

@@ -7,13 +7,13 @@ from grader.cohort import report
 from grader.cohort.files import RESULTS_FILE
 
 
-def _submission(course, student, result, score):
+def _submission(course, student, result, score, seconds=9.0):
     folder = os.path.join(course, "autograded", student, "ps9")
     os.makedirs(folder)
     with open(os.path.join(folder, RESULTS_FILE), "w") as fh:
         json.dump({"problems": {"ps9.q1": result}}, fh)
     return SimpleNamespace(submission=SimpleNamespace(student=student, assignment="ps9"),
-                           score=score, max_score=10.0, reason="")
+                           score=score, max_score=10.0, reason="", seconds=seconds)
 
 
 def test_the_report_collects_speedups_and_break_causes_per_student(tmp_path):
@@ -34,16 +34,17 @@ def test_the_report_collects_speedups_and_break_causes_per_student(tmp_path):
 
 def test_the_report_says_what_is_absent_and_links_every_score_to_its_feedback(tmp_path):
     course = str(tmp_path)
-    outcomes = [_submission(course, "ann", {"checks": {}}, 7.0),
-                _submission(course, "bob", {"checks": {}}, 0.0)]
+    outcomes = [_submission(course, "ann", {"checks": {}}, 7.0, seconds=12.4),
+                _submission(course, "bob", {"checks": {}}, 0.0, seconds=71.0)]
     outcomes[1].reason = "the .ipynb file is not a readable notebook"
     for student, page in (("ann", "ps9.html"), ("bob", "NOT_GRADED.html")):
         folder = os.path.join(course, "feedback", student, "ps9")
         os.makedirs(folder)
         open(os.path.join(folder, page), "w").write("<html></html>")
     page = open(report.write_report(course, outcomes, os.path.join(course, "reports"))).read()
-    assert "<a href='../feedback/ann/ps9/ps9.html'>7 / 10</a>" in page
-    assert "<a href='../feedback/bob/ps9/NOT_GRADED.html'>not graded</a>" in page
+    # Beside each score, the seconds grading it took: the slow ones show.
+    assert "<a href='../feedback/ann/ps9/ps9.html'>7 / 10</a> <span class='seconds'>12 s</span>" in page
+    assert "<a href='../feedback/bob/ps9/NOT_GRADED.html'>not graded</a> <span class='seconds'>71 s</span>" in page
     for student, link in (("ann", "ps9.html"), ("bob", "NOT_GRADED.html")):  # the links resolve
         assert os.path.exists(os.path.join(course, "reports", "..", "feedback", student, "ps9", link))
 

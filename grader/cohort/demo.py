@@ -22,14 +22,12 @@ PERSONAS = {
     "cy_blank": "nothing written",
     "dee_slow": "correct and compiles, but no faster than the baseline",
     "eve_wrong": "fast, but the outputs are wrong",
-    "fay_crash": "the first solution cell exits the kernel (os._exit)",
-    "gus_loop": "the first solution cell never finishes (infinite loop)",
+    "fay_crash": "the first solution cell exits its process (os._exit)",
+    "gus_loop": "the first solution's model is never built (an endless loop in its __init__)",
     "hal_corrupt": "the .ipynb file is corrupted (truncated JSON)",
     "ivy_given": "the given model unchanged (each solution class only subclasses it): earns 0",
 }
 EXPECTED_FILE = os.path.join(os.path.dirname(__file__), "demo_expected.json")
-DEMO_CELL_TIMEOUT_S = 60   # the endless loop costs this much; real cells finish well within it
-DEMO_SUBJECT_TIMEOUT_S = 90  # and this, in the judge's subject (the demo's honest ones take ~20 s)
 # A newcomer's first `make grade`: every persona, so every kind of failure, in the first set, and
 # in the others the ones whose scores depend on the set (``--demo-students all``: all of them).
 FIRST_SET_ALL = "ps1"
@@ -71,6 +69,24 @@ def _strip_markers(source: str) -> str:
 def _solution_ids(nb) -> list[str]:
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+
+
+# gus_loop's first solution: the reference, its entry's __init__ made to never return. The loop
+# is in code the subject runs, not at the top of the cell, which the screen would refuse before
+# anything ran: so the demo shows what an endless loop costs (the subject's deadline).
+ENDLESS = ("\n\nclass {entry}({entry}):\n    def __init__(self, *args, **kwargs):\n"
+           "        while True:\n            pass\n")
+
+
+def _endless(assignment: str, grade_id: str, source: str) -> str:
+    """``source`` (the solution cell ``grade_id``) with the entry of each problem graded from it
+    made to loop forever when it is built."""
+    from grader.cohort.scoring import groups_of
+    from grader.problems import get_problem
+
+    entries = sorted({get_problem(k).entry for keys in groups_of(assignment) for k in keys
+                      if get_problem(k).solution_grade_id == grade_id})
+    return source + "".join(ENDLESS.format(entry=entry) for entry in entries)
 
 
 def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, str] | None = None):
@@ -122,6 +138,8 @@ def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None 
     code_ids = set(ids)
     first = ids[0]
     extra = solutions or {}
+    reference_first = next(_strip_markers(c.source) for c in source_nb.cells
+                           if c.metadata.get("nbgrader", {}).get("grade_id") == first)
     out = {
         "ada_full": _fill(release_nb, source_nb, code_ids),
         # With one question, "partial" is a problem-specific half-done answer.
@@ -130,7 +148,8 @@ def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None 
         "cy_blank": release_nb,
         "fay_crash": _fill(release_nb, source_nb, code_ids,
                            {first: "import os\nos._exit(1)\n"}),
-        "gus_loop": _fill(release_nb, source_nb, code_ids, {first: "while True:\n    pass\n"}),
+        "gus_loop": _fill(release_nb, source_nb, code_ids,
+                          {first: _endless(assignment, first, reference_first)}),
         "ivy_given": _given_unchanged(release_nb),
     }
     for persona, student in (("slow", "dee_slow"), ("wrong", "eve_wrong")):

@@ -3,15 +3,15 @@ cluster; without it a local Ray instance starts).
 
 Each submission is one Ray task with declared resources (:data:`CPUS_PER_SUBMISSION` CPUs, and
 on GPU nodes one whole GPU, so two timed runs never share a GPU). Nodes share no filesystem: a
-task receives what grading one submission needs as data (:func:`stage`: the course's
-``nbgrader_config.py`` and ``gradebook.db``, ``source/ASSIGNMENT/``, the submission, and the
-run's built references through Ray's object store: the judges' compiler cache and measured figures) and returns the graded result as
-data (:func:`grade_task`: the grading copy's gradebook, the autograded notebook, the judged
-results, nbgrader's log). A task grades through the same :func:`grader.cohort.attempt.run_attempt`
-as a local worker; :func:`ray_attempts` unpacks each finished task into a local folder as an
+task receives what judging one submission needs as data (:func:`stage`: ``source/ASSIGNMENT/``
+and the submission, and the run's built references through Ray's object store: the judges'
+compiler cache and measured figures) and returns the judged result as data (:func:`grade_task`:
+the judged scores). A task judges through the same :func:`grader.cohort.attempt.run_attempt` as a
+local worker; :func:`ray_attempts` unpacks each finished task into a local folder as an
 :class:`~grader.cohort.attempt.Attempt`, and the driver (:func:`grader.cohort.grade.autograde_all`)
-merges it like a local one: it stays the only writer of ``gradebook.db``, so resuming, reruns,
-``--regrade`` and manual grades behave as with local workers.
+has nbgrader record it and merges it like a local one: it stays the only writer of
+``gradebook.db``, so resuming, reruns, ``--regrade`` and manual grades behave as with local
+workers.
 
 A task whose worker process or node dies is run again by Ray (``max_retries``); its grade is
 merged once, when a try finishes. A submission that fails on every try is recorded with the
@@ -32,7 +32,7 @@ commit), and :meth:`RayExecutor.check_nodes` runs a tiny task on every node befo
 stops with the differences when one does not match.
 
 ``num_cpus=1`` is only a scheduling label (Ray hands out no core ids): each task pins its own
-process, and so the judge, the subject and the notebook's kernel it starts, to one core of its
+process, and so the judge and the subjects it starts, to one core of its
 node that no other grading task on the node holds (:func:`claim_core`: a lock file per core under
 ``/tmp``, released when the task's process ends, even by a crash).
 """
@@ -42,7 +42,6 @@ import fcntl
 import os
 import platform
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -55,13 +54,12 @@ from grader.cohort.attempt import Attempt, AttemptSettings, device_for, gpu_coun
 from grader.cohort.collect import Submission
 from grader.isolation.sandbox import pack_folder, unpack_folder
 
-CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge); nbgrader's kernel one more
+CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge)
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
 CLIENT_CONNECT_TRIES = 3  # Ray Client connections, when the server dies starting up (_init_ray)
 CLIENT_RETRY_PAUSE_S = 2.0
 # What a task sends back from its grading copy (grader.cohort.attempt.run_attempt's folder).
-RESULT_PATHS = (files.GRADEBOOK, files.AUTOGRADED, files.JUDGED_SCORES_FILE,
-                files.DISAGREEMENTS_COPY_FILE, files.AUTOGRADE_LOG)
+RESULT_PATHS = (files.JUDGED_SCORES_FILE,)
 
 
 CORE_LOCKS = os.path.join(tempfile.gettempdir(), "course-grader-cores")
@@ -127,9 +125,10 @@ def mismatches(driver: dict, nodes: list[dict]) -> list[str]:
 
 
 def stage(course: str, assignment: str, student: str) -> bytes:
-    """Everything grading one submission reads from the course folder, as one archive."""
-    return pack_folder(course, [files.NBGRADER_CONFIG, files.GRADEBOOK,
-                                os.path.join(files.SOURCE, assignment),
+    """Everything judging one submission reads from the course folder, as one archive: the
+    set's ``source/`` (the reference) and the submission; not the gradebook, which only the
+    driver reads and writes."""
+    return pack_folder(course, [os.path.join(files.SOURCE, assignment),
                                 os.path.join(files.SUBMITTED, student, assignment)])
 
 
@@ -137,13 +136,13 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
                references: dict | None) -> dict:
     """Grade one staged submission on this node (the body of the Ray task): the same
     :func:`grader.cohort.attempt.run_attempt` as local grading, in a course folder unpacked from
-    ``payload``. Returns the result archive, the failure (or None), seconds, phases and the node."""
+    ``payload``. Returns the result archive (the judged scores), the failure (or None), seconds,
+    phases and the node."""
     from grader.isolation import sandbox
 
     course = tempfile.mkdtemp(prefix=f"ray-{student}-{assignment}-")
     tmp = None
     node = socket.gethostname()
-    blocked = unblock_sigint()
     core = claim_core()
     try:
         unpack_folder(payload, course)
@@ -172,7 +171,6 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
                 "seconds": attempt.seconds, "phases": attempt.phases, "node": node, "core": core}
     finally:
         release_core()
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         shutil.rmtree(course, ignore_errors=True)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -188,14 +186,6 @@ def _judge(folder: str, references: dict | None):
         unpack_folder(references["cache"], cache)
     return JudgeProcess(env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                                  TRITON_CACHE_DIR=os.path.join(cache, "triton")))
-
-
-def unblock_sigint() -> set:
-    """Ray runs tasks with SIGINT blocked, and child processes inherit the mask: the notebook's
-    kernel could then not be interrupted when a cell times out (nbgrader interrupts it with
-    SIGINT), and an endless loop would fail the whole submission instead of that one cell.
-    Unblocks it in the calling thread; returns the mask to restore."""
-    return signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def references_task(payload: bytes, assignment: str) -> dict:

@@ -7,14 +7,13 @@ A course folder (nbgrader's layout) after ``make grade``::
     downloads/ASSIGNMENT/archive/             LMS downloads, collected into submitted/
     submitted/STUDENT/ASSIGNMENT/             what each student handed in
     autograded/STUDENT/ASSIGNMENT/            the graded notebook, or NOT_GRADED.txt and
-                                              autograde.log; grader-results.json,
-                                              grader-disagreements.json; .graded.json last
+                                              autograde.log; grader-results.json;
+                                              .graded.json last
     feedback/STUDENT/ASSIGNMENT/              nbgrader's feedback HTML, or NOT_GRADED.html
     reports/                                  grades.csv, canvas.csv, report.html (+ PNGs)
 
 One submission's grading copy (:mod:`grader.cohort.attempt`) holds the same course files, plus
-the judged points (``judged-scores.json``, what the kernel's test cells show:
-``judged-scores-display.json``), the kernel's disagreements and nbgrader's log; the merge
+the judged points (``judged-scores.json``) and nbgrader's log; the merge
 (:mod:`grader.cohort.merge`) keeps them under the names above.
 """
 from __future__ import annotations
@@ -36,7 +35,6 @@ REPORTS = "reports"
 # autograded/STUDENT/ASSIGNMENT/
 MARKER = ".graded.json"                         # written last: the merge of this submission is complete
 RESULTS_FILE = "grader-results.json"            # the judged result, kept beside the graded notebook
-DISAGREEMENTS_FILE = "grader-disagreements.json"  # test cells where the kernel showed otherwise
 NOT_GRADED_FILE = "NOT_GRADED.txt"              # why a submission scored zero
 AUTOGRADE_LOG = "autograde.log"                 # nbgrader's output (also in the grading copy)
 
@@ -49,12 +47,9 @@ CANVAS_CSV = "canvas.csv"
 REPORT_HTML = "report.html"
 
 # One submission's grading copy.
-JUDGED_SCORES_FILE = "judged-scores.json"                 # the points the judge decided
-JUDGED_SCORES_DISPLAY_FILE = "judged-scores-display.json"  # what the kernel's test cells show
-DISAGREEMENTS_SUFFIX = ".disagreements.json"    # apply_scores writes JUDGED_SCORES_FILE + this
-DISAGREEMENTS_COPY_FILE = JUDGED_SCORES_FILE + DISAGREEMENTS_SUFFIX
+JUDGED_SCORES_FILE = "judged-scores.json"       # the points and verdicts the judge decided
 # grading copy -> autograded/STUDENT/ASSIGNMENT/
-KEPT_AS = ((JUDGED_SCORES_FILE, RESULTS_FILE), (DISAGREEMENTS_COPY_FILE, DISAGREEMENTS_FILE))
+KEPT_AS = ((JUDGED_SCORES_FILE, RESULTS_FILE),)
 
 
 def db_url(course: str) -> str:

@@ -12,9 +12,10 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
     choose_isolation   grader.isolation.sandbox (tried for real before anyone is graded)
     prepare_gradebook  nbgrader generate_assignment (grader.cohort.assign)
     start_judges       grader.isolation.judge, grader.cohort.scoring.build_references
-    autograde_all      grader.cohort.attempt: one submission's attempt, on local worker threads
-                       or on Ray (grader.cohort.distributed); grader.cohort.merge: each finished
-                       attempt into the gradebook, from this process only
+    autograde_all      grader.cohort.attempt: one submission's judged points, on local worker
+                       threads or on Ray (grader.cohort.distributed); then, in this process, one
+                       at a time: nbgrader's autograde of it (grader.cohort.judged_autograde) and
+                       its merge into the gradebook (grader.cohort.merge)
     generate_feedback  grader.cohort.feedback
     export_grades      nbgrader export: reports/grades.csv
     export_canvas      grader.cohort.export: reports/canvas.csv
@@ -23,15 +24,11 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
 
 Every file name is in :mod:`grader.cohort.files`.
 
-Trust: a submission's autograded points are decided by processes that never run learner code:
-the judged scoring (:mod:`grader.cohort.scoring`) in this process reads the solution cells from
-the submitted notebook, screens them, and has a judge process (:mod:`grader.isolation.judge`, one
-per worker) grade each problem — the learner's code runs in a sandboxed subject process that only
-answers the judge — then scores every test cell from the problem set's ``TEST_CELLS``. nbgrader then
-runs the notebook (for the feedback) in a temporary course copy, with the kernel — the only part
-that runs learner code — in the sandbox (:mod:`grader.cohort.kernel`), and its
-``ApplyJudgedScores`` step puts the judged points on the test cells. Learner code sees
-neither the course nor the gradebook nor ``source/``.
+Trust: points are decided by processes that never run learner code: the judged scoring
+(:mod:`grader.cohort.scoring`) reads and screens the solution cells, a judge process
+(:mod:`grader.isolation.judge`, one per worker) grades each problem, and the test cells are scored
+from ``TEST_CELLS``. The learner's code runs only in the judge's sandboxed subject, which sees
+neither the course nor the gradebook nor ``source/``; nbgrader runs no cell of the notebook.
 
 Why one module (~460 lines): it is the run itself, its steps in the order they run, each handing
 its work to another module; split, a reader would follow one run across files to see what
@@ -48,10 +45,10 @@ import tempfile
 import time
 
 from grader.cohort import assign, files
-from grader.cohort.attempt import (KERNEL_WARNING, NOTEBOOK_KERNEL_RUNS_LEARNER_CODE,
-                                   AttemptSettings, device_for, gpu_count, local_attempts)
+from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)
+from grader.cohort.judged_autograde import autograde_attempt
 from grader.cohort.merge import Graded, Outcome, already_graded, merge, merge_attempt, unreadable_reason
 from grader.cohort.settings import DEFAULTS, add_arguments, from_arguments, problems
 from grader.isolation import sandbox
@@ -65,14 +62,12 @@ class Run:
     assignments: list[str]
     # The options of grader.cohort.settings.GradeSettings (defaults and help declared there).
     workers: int = DEFAULTS.workers
-    timeout_s: float = DEFAULTS.timeout_s
-    memory_bytes: int = DEFAULTS.memory_bytes
-    cell_timeout_s: int = DEFAULTS.cell_timeout_s
     sandbox: str = DEFAULTS.sandbox
+    memory_bytes: int = DEFAULTS.memory_bytes
     regrade: bool = DEFAULTS.regrade
     demo: bool = False
     demo_students: list[str] | None = None  # the demo personas to grade (default: the first run's)
-    subject_timeout_s: float | None = None  # per judge job (default: the problem's own)
+    subject_timeout_s: float | None = None  # per judge job (default: measured, reference_s)
     isolation: sandbox.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
     # Ray: assignment -> what each task's judge starts from (compiler cache, measured figures)
@@ -80,6 +75,7 @@ class Run:
     judges: list = dataclasses.field(default_factory=list)    # one JudgeProcess per worker
     judge_dir: str = ""                                        # their logs and compiler cache
     references_seconds: float = 0.0   # building the references, once per run
+    reference_s: dict = dataclasses.field(default_factory=dict)  # assignment -> BuiltReferences.reference_s
     executor: str = DEFAULTS.executor  # 'local' (worker threads) or 'ray' (cohort.distributed)
     ray_address: str = DEFAULTS.ray_address  # empty: RAY_ADDRESS, else a local instance
     ray: object = None       # the RayExecutor, once started
@@ -116,19 +112,13 @@ def find_submissions(run: Run) -> None:
                          f"them:\n  " + "\n  ".join(shown) + f"\nThe layout: {LAYOUT}. Move "
                          f"(or remove) these and run make grade again.")
     if not holds_files(run.course):
-        from grader.cohort.demo import (DEMO_CELL_TIMEOUT_S, DEMO_SUBJECT_TIMEOUT_S,
-                                        build_demo_course, choose_demo_cohort)
+        from grader.cohort.demo import build_demo_course, choose_demo_cohort
 
         run.demo = True
         cohort, first_run, message = choose_demo_cohort(run.demo_students or [])
         run.log(message)
         run.course = build_demo_course(run.course, run.assignments, cohort=cohort,
                                        first_run=first_run)
-        # The endless-loop student costs one cell timeout and one subject timeout: keep them
-        # short for the demo.
-        run.cell_timeout_s = min(run.cell_timeout_s, DEMO_CELL_TIMEOUT_S)
-        run.subject_timeout_s = min(run.subject_timeout_s or DEMO_SUBJECT_TIMEOUT_S,
-                                    DEMO_SUBJECT_TIMEOUT_S)
         subs = scan(run.course, run.assignments)
     else:
         for assignment in run.assignments:
@@ -156,24 +146,19 @@ MAX_LISTED = 20   # misplaced paths named one by one before "... and N more"
 
 def choose_isolation(run: Run) -> None:
     """Bubblewrap, else kernel confinement, each tried for real (:func:`sandbox.probe`). Real
-    submissions only where learner code is confined wherever it runs (nbgrader's kernel too),
-    unless ``--sandbox off``; the log says what it can do then. The demo runs anyway."""
+    submissions only where learner code is confined (it runs only in the judge's subject), unless
+    ``--sandbox off``; the log says what it can do then. The demo runs anyway."""
     try:
         run.isolation = sandbox.probe(run.sandbox)
     except sandbox.SandboxUnavailable as exc:
         if not run.demo:
             raise SystemExit(_refusal(str(exc)))
         run.isolation = sandbox.Isolation("none", str(exc))
-    kernel_unconfined = NOTEBOOK_KERNEL_RUNS_LEARNER_CODE and not run.isolation.sandboxed
-    unconfined = kernel_unconfined or run.isolation.mode == "none"
-    if run.sandbox == "auto" and not run.demo and unconfined:
-        raise SystemExit(_refusal(run.isolation.reason + (
-            "; kernel confinement works here, but covers only the judge's subject: nbgrader's "
-            "kernel still runs learner code for the feedback" if run.isolation.mode == "kernel"
-            else "")))
+    if run.sandbox == "auto" and not run.demo and run.isolation.mode == "none":
+        raise SystemExit(_refusal(run.isolation.reason))
     run.log(f"isolation of learner code: {run.isolation.describe()}")
     if not run.isolation.sandboxed:
-        run.log(run.isolation.warning() + (" " + KERNEL_WARNING if kernel_unconfined else ""))
+        run.log(run.isolation.warning())
         if shutil.which("bwrap") is None and run.sandbox != "off":
             run.log(SANDBOX_SETUP_HINT)
     for note in sandbox.limit_notes(sandbox.Limits(memory_bytes=run.memory_bytes)):
@@ -220,8 +205,9 @@ def start_judges(run: Run) -> None:
     submission it grades), each given the problem sets' references now, before the first
     submission. Judges share one compiler cache, so the second compiles nothing the first did;
     the first one's measured figures (ps3 q1) are handed to the others, so every submission of
-    the run is judged on the same ones."""
-    from grader.cohort.scoring import build_references
+    the run is judged on the same ones, and what building the references took it sets the
+    subjects' deadlines (:attr:`grader.cohort.scoring.BuiltReferences.reference_s`)."""
+    from grader.cohort.scoring import BuiltReferences, build_references
     from grader.isolation.judge_process import JudgeProcess
 
     todo = sorted({s.assignment for s in run.submissions
@@ -229,7 +215,11 @@ def start_judges(run: Run) -> None:
     if run.executor == "ray":
         for assignment in todo:  # built on a grading node: the cache suits its machine type
             started = time.monotonic()
-            run.built_references[assignment] = _ray(run).build_references(run.course, assignment)
+            built = _ray(run).build_references(run.course, assignment)
+            run.built_references[assignment] = built
+            made = BuiltReferences(built.get("seconds") or {}, built.get("measured_jobs") or {})
+            run.reference_s[assignment] = made.reference_s
+            _say_built(run, assignment, made, time.monotonic() - started)
             run.references_seconds += time.monotonic() - started
         return
     if not todo:
@@ -248,13 +238,9 @@ def start_judges(run: Run) -> None:
             built = build_references(assignment, run.course, judge,
                                      device=device_for(slot, gpus), measured_jobs=measured)
             measured = measured or built.measured_jobs
-            if slot == 0 and built.error:
-                run.log(f"{assignment}: the judge could not build the references ({built.error}); "
-                        f"each submission will report it")
-            elif slot == 0 and built.seconds:
-                run.log(f"{assignment}: baseline and reference compiled once for the run "
-                        f"({', '.join(sorted(built.seconds))}) in "
-                        f"{time.monotonic() - started:.0f} s")
+            if slot == 0:   # built cold (the others compile from its cache): it sets the deadlines
+                run.reference_s[assignment] = built.reference_s
+                _say_built(run, assignment, built, time.monotonic() - started)
         run.references_seconds += time.monotonic() - started
 
 
@@ -263,6 +249,21 @@ def connect_ray(run: Run) -> None:
     first, so that a wrong ``RAY_ADDRESS`` or a node that differs stops the run at once."""
     if run.executor == "ray":
         _ray(run)
+
+
+def _say_built(run: Run, assignment: str, built, seconds: float) -> None:
+    """What building ``assignment``'s references gave: how long, and the subjects' deadlines."""
+    from grader.cohort.scoring import subject_deadlines
+
+    if built.error:
+        run.log(f"{assignment}: the judge could not build the references ({built.error}); "
+                f"each submission will report it")
+    elif built.seconds:
+        deadlines = sorted({round(d) for d in subject_deadlines(assignment,
+                                                                built.reference_s).values()})
+        run.log(f"{assignment}: baseline and reference compiled once for the run "
+                f"({', '.join(sorted(built.seconds))}) in {seconds:.0f} s; learner code may run "
+                f"{' or '.join(map(str, deadlines))} s per solution cell")
 
 
 def _ray(run: Run):
@@ -278,18 +279,19 @@ def _ray(run: Run):
 
 
 def autograde_all(run: Run) -> None:
-    """Autograde each submission in isolation (:mod:`grader.cohort.attempt`, ``run.workers`` at
-    once, or on Ray); merge each finished one into the gradebook from this process only, and
-    mark it done (:mod:`grader.cohort.merge`)."""
+    """Judge each submission (:mod:`grader.cohort.attempt`, ``run.workers`` at once, or on Ray);
+    then, in this process, one at a time as they finish: nbgrader's autograde of it
+    (:mod:`grader.cohort.judged_autograde`) and its merge into the gradebook, marked done
+    (:mod:`grader.cohort.merge`)."""
     todo, done = [], []
     for sub in run.submissions:
         digest = sub.digest()
         prev = None if run.regrade else already_graded(run.course, sub, digest)
         if prev is not None:
             done.append(Outcome(sub, Graded.SKIPPED, prev.get("reason", ""), prev.get("score", 0.0),
-                                prev.get("max_score", 0.0)))
+                                prev.get("max_score", 0.0), prev.get("seconds", 0.0)))
         elif unreadable_reason(sub):
-            # Nothing to run: record the zero and the reason at once (no kernel, no sandbox).
+            # Nothing to run: record the zero and the reason at once (no judge, no subject).
             run.outcomes.append(merge(run.course, sub, None, unreadable_reason(sub), digest))
         else:
             todo.append((sub, digest))
@@ -299,10 +301,9 @@ def autograde_all(run: Run) -> None:
     if not todo:
         return
     progress = _Progress(len(todo))
-    settings = AttemptSettings(sandbox=run.isolation.setting(),
-                               timeout_s=run.timeout_s, memory_bytes=run.memory_bytes,
-                               cell_timeout_s=run.cell_timeout_s,
-                               subject_timeout_s=run.subject_timeout_s)
+    settings = AttemptSettings(sandbox=run.isolation.setting(), memory_bytes=run.memory_bytes,
+                               subject_timeout_s=run.subject_timeout_s,
+                               reference_s=dict(run.reference_s))
     if run.executor == "ray":
         from grader.cohort.distributed import ray_attempts
 
@@ -312,6 +313,7 @@ def autograde_all(run: Run) -> None:
                                   judges=run.judges, workers=run.workers)
     try:
         for sub, digest, attempt in attempts:
+            attempt = autograde_attempt(run.course, sub, attempt)
             outcome = merge_attempt(run.course, sub, attempt, digest)  # the single writer
             run.outcomes.append(outcome)
             progress.step(f"{sub.name}{f' on {outcome.node}' if outcome.node else ''}: "

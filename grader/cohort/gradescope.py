@@ -197,14 +197,13 @@ def measured(assignment: str) -> dict | None:
 
 
 def hang_bound_s(assignment: str) -> float:
-    """How long a submission whose code never returns can hold the autograder: each group of
-    problems runs in a subject stopped at its job's timeout (``grader.isolation.check.job_for``:
-    max(300 s, 4 x the problem's budget))."""
-    from grader.cohort.scoring import groups_of
-    from grader.problems import get_problem
+    """How long a submission whose code never returns can hold the autograder, at most: each group
+    of problems runs in a subject stopped at its deadline, which follows what building the
+    references took there and is never above the unmeasured one
+    (:func:`grader.isolation.check.subject_deadline_s`)."""
+    from grader.cohort.scoring import subject_deadlines
 
-    return sum(max(300.0, 4 * max(get_problem(k).budget_s for k in keys))
-               for keys in groups_of(assignment))
+    return sum(subject_deadlines(assignment, None).values())
 
 
 def recommended_settings(row: dict, assignment: str) -> dict:

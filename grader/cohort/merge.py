@@ -78,21 +78,23 @@ def merge_attempt(course: str, sub: Submission, attempt: Attempt, digest: str) -
     """Merge a finished attempt (:func:`merge`), then remove its grading copy; the outcome
     carries the attempt's seconds, phases and node."""
     try:
-        outcome = merge(course, sub, attempt.folder, attempt.failure, digest)
+        outcome = merge(course, sub, attempt.folder, attempt.failure, digest, attempt.seconds)
     finally:
         if attempt.folder:
             shutil.rmtree(attempt.folder, ignore_errors=True)
-    outcome.seconds, outcome.phases, outcome.node = attempt.seconds, attempt.phases, attempt.node
+    outcome.phases, outcome.node = attempt.phases, attempt.node
     return outcome
 
 
-def merge(course: str, sub: Submission, tmp: str | None, failure: str | None, digest: str) -> Outcome:
+def merge(course: str, sub: Submission, tmp: str | None, failure: str | None, digest: str,
+          seconds: float = 0.0) -> Outcome:
     """Copy one graded submission into the real gradebook and autograded/ (the only writer).
 
     The automatic part of each grade (score, review flag, automatic comment), the submission's
     timestamp and each notebook's late penalty come from the grading copy ``tmp``; what a grader
     entered by hand (manual scores, extra credit, comments) stays as it is in the real gradebook.
-    With a ``failure`` (or nothing graded in ``tmp``) every grade is zero, with the reason."""
+    With a ``failure`` (or nothing graded in ``tmp``) every grade is zero, with the reason.
+    ``seconds``: how long grading it took (kept in its marker for the report of later runs)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     graded_nb = files.autograded_dir(tmp or "", sub.student, sub.assignment)
@@ -151,10 +153,10 @@ def merge(course: str, sub: Submission, tmp: str | None, failure: str | None, di
         if tmp and os.path.exists(os.path.join(tmp, name)):
             shutil.copy(os.path.join(tmp, name), os.path.join(target, kept))
     outcome = Outcome(sub, Graded.GRADED if failure is None else Graded.FAILED, failure or "",
-                      score, max_score)
+                      score, max_score, round(seconds, 1))
     with open(marker_path(course, sub), "w") as fh:  # last: marks the merge as complete
         json.dump({"digest": digest, "status": outcome.status, "reason": outcome.reason,
-                   "score": score, "max_score": max_score}, fh)
+                   "score": score, "max_score": max_score, "seconds": outcome.seconds}, fh)
     return outcome
 
 
@@ -177,11 +179,9 @@ def log_tail(tmp: str | None) -> str:
     except (OSError, TypeError):
         return ""
     lines = text.splitlines()
-    # Why a kernel could not start comes first: a limit its launcher could not set, a dead kernel.
-    causes = [ln for ln in lines if "prlimit:" in ln or "Kernel died" in ln or "bwrap:" in ln]
     # The exception each traceback ended with (its last line, unindented), not "Traceback (...":
     ends = [lines[i] for i in range(len(lines))
             if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", lines[i])]
     errors = ends or [ln for ln in lines if ("ERROR" in ln or "Error" in ln)
                       and "Traceback (most recent call last)" not in ln]
-    return "\n".join(list(dict.fromkeys(causes[-3:] + errors[-5:])) or lines[-5:])
+    return "\n".join(list(dict.fromkeys(errors[-5:])) or lines[-5:])

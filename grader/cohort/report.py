@@ -6,7 +6,6 @@ import base64
 import collections
 import html
 import io
-import json
 import os
 from typing import NamedTuple
 
@@ -24,18 +23,9 @@ class SpeedPoint(NamedTuple):
     verdict: str | None
 
 
-def _load(course: str, student: str, assignment: str, name: str, empty):
-    path = os.path.join(files.autograded_dir(course, student, assignment), name)
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return empty
-
-
 def _judged(course: str, student: str, assignment: str) -> JudgedScores | None:
-    """A submission's judged scores (written by the trusted process, never by the notebook's
-    kernel), kept beside its graded notebook."""
+    """A submission's judged scores (written by the trusted process), kept beside its graded
+    notebook."""
     return JudgedScores.load(os.path.join(files.autograded_dir(course, student, assignment),
                                           files.RESULTS_FILE))
 
@@ -45,8 +35,7 @@ def collect(course: str, outcomes) -> dict:
     student and problem."""
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
-                                                  "not_graded": [], "disagreed": [],
-                                                  "review": []})
+                                                  "not_graded": [], "review": []})
     for o in outcomes:
         sub = o.submission
         d = data[sub.assignment]
@@ -54,9 +43,6 @@ def collect(course: str, outcomes) -> dict:
         d["max"] = max(d["max"], o.max_score)
         if o.reason:
             d["not_graded"].append((sub.student, o.reason.splitlines()[0]))
-        for row in _load(course, sub.student, sub.assignment, files.DISAGREEMENTS_FILE, []):
-            d["disagreed"].append((sub.student, row.get("grade_id"), row.get("kernel_points"),
-                                   row.get("points")))
         judged = _judged(course, sub.student, sub.assignment)
         cells = judged.cell_scores() if judged else {}
         d["review"] += [(sub.student, grade_id, "the grader itself failed: its traceback is in "
@@ -151,8 +137,8 @@ def feedback_page(course: str, student: str, assignment: str) -> str | None:
 
 
 def score_table(course: str, outcomes) -> str:
-    """Students x problem sets, each score linked to that student's feedback: what an
-    instructor looks for first."""
+    """Students x problem sets, each score linked to that student's feedback, and beside it the
+    seconds grading it took (so the slow ones show): what an instructor looks for first."""
     assignments = sorted({o.submission.assignment for o in outcomes})
     by_cell = {(o.submission.student, o.submission.assignment): o for o in outcomes}
     rows = ["<table class='scores'><tr><th>student</th>"
@@ -168,6 +154,8 @@ def score_table(course: str, outcomes) -> str:
             link = feedback_page(course, student, a)
             title = html.escape(o.reason.splitlines()[0], quote=True) if o.reason else ""
             inner = f"<a href='{html.escape(link, quote=True)}'>{text}</a>" if link else text
+            if o.seconds:
+                inner += f" <span class='seconds'>{o.seconds:.0f} s</span>"
             cells.append(f"<td class='{'failed' if o.reason else 'graded'}' title='{title}'>"
                          f"{inner}</td>")
         rows.append(f"<tr><th>{html.escape(student)}</th>{''.join(cells)}</tr>")
@@ -180,6 +168,7 @@ table.scores { border-collapse: collapse; margin: 1em 0; }
 table.scores th, table.scores td { border: 1px solid #ccc; padding: 0.3em 0.8em; text-align: right; }
 table.scores th { background: #f4f4f4; text-align: left; }
 td.failed { background: #fbe9e9; } td.none { color: #999; text-align: center; }
+span.seconds { color: #777; font-size: 85%; }
 img { max-width: 100%; }
 </style>"""
 
@@ -190,7 +179,8 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
     data = collect(course, outcomes)
     parts = ["<html><head><meta charset='utf-8'><title>Grading report</title>", STYLE,
              "</head><body>", "<h1>Grading report</h1>",
-             "<h2>Scores</h2><p>Each score links to that student's feedback.</p>",
+             "<h2>Scores</h2><p>Each score links to that student's feedback; beside it, the "
+             "seconds grading that submission took.</p>",
              score_table(course, outcomes)]
     for assignment in sorted(data):
         d = data[assignment]
@@ -204,12 +194,6 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
         if d["causes"]:
             parts.append("<p>Most common graph-break causes: " + ", ".join(
                 f"{html.escape(c)} ({n})" for c, n in d["causes"].most_common()) + "</p>")
-        if d["disagreed"]:
-            parts.append("<p>Test cells where the notebook's own output disagreed with the "
-                         "grader's measurement (the grade is the grader's):</p><ul>" + "".join(
-                             f"<li>{html.escape(str(s))}: {html.escape(str(g))}: notebook "
-                             f"{html.escape(str(k))}, grader {p:g}</li>"
-                             for s, g, k, p in d["disagreed"]) + "</ul>")
         if d["review"]:
             parts.append("<p>Flagged for review, scored 0 until a person looks (nbgrader: needs "
                          "manual grade). An inconclusive speed verdict means the machine was too "

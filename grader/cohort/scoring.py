@@ -9,11 +9,12 @@ For a submitted notebook this process (the trusted parent)
    from the instructor's ``source/``;
 3. scores every autograded test cell from the problem set's ``TEST_CELLS``
    (:func:`grader.isolation.check.score_cell`) from the judge's verdicts;
-4. writes it all to one JSON file: the points and text of each test cell, each problem's result
-   (what the notebook displays, and the cohort report reads).
+4. writes it all to one JSON file: the points and text of each test cell, each problem's result,
+   and for each solution cell the subject's deadline and what stopped its code, if anything
+   (what the graded notebook shows, and the cohort report reads).
 
-The notebook's kernel then only shows these results, and nbgrader's ``ApplyJudgedScores`` step
-(:mod:`grader.cohort.apply_scores`) puts these points in the gradebook, whatever the kernel printed.
+nbgrader then records these points and shows these verdicts in the submitted notebook, which it
+does not run (:mod:`grader.cohort.judged_autograde`).
 """
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class JudgedScores:
     cells: dict           # grade_id -> CellScore as a dict
     seconds: dict         # key -> seconds the judge took for it
     sandbox: str
+    # solution grade_id -> {"problems": [...], "deadline_s": the subject's, "note": what stopped
+    # the cell's code ('' when nothing did)}
+    solutions: dict = dataclasses.field(default_factory=dict)
 
     def phases(self) -> dict:
         """Seconds by step, summed over the problems' workers ("worker start", "baseline and
@@ -56,19 +60,9 @@ class JudgedScores:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def display(self) -> dict:
-        """What the notebook's kernel may read: the learner's own results, no instructor data
-        (the workers' logs are left out)."""
-        return {"problems": {k: {n: v for n, v in r.items() if n != "output_tail"}
-                             for k, r in self.problems.items()},
-                "cells": self.cells}
-
-    def save(self, path: str, display_path: str | None = None) -> None:
+    def save(self, path: str) -> None:
         with open(path, "w") as fh:
             json.dump(self.to_dict(), fh, default=str)
-        if display_path:
-            with open(display_path, "w") as fh:
-                json.dump(self.display(), fh, default=str)
 
     @classmethod
     def load(cls, path: str) -> "JudgedScores | None":
@@ -80,7 +74,7 @@ class JudgedScores:
             # Missing parts read as empty: a file cut short still shows what it holds.
             return cls(str(data.get("assignment") or ""), dict(data.get("problems") or {}),
                        dict(data.get("cells") or {}), dict(data.get("seconds") or {}),
-                       str(data.get("sandbox") or ""))
+                       str(data.get("sandbox") or ""), dict(data.get("solutions") or {}))
         except (OSError, ValueError, AttributeError, TypeError):
             return None
 
@@ -120,6 +114,19 @@ class BuiltReferences:
     measured_jobs: dict = dataclasses.field(default_factory=dict)  # planning question -> figures
     error: str | None = None   # the judge failed: each submission then meets the failure itself
 
+    @property
+    def reference_s(self) -> float | None:
+        """What loading and compiling the set's reference took the judge on this machine, from
+        which its subjects' deadlines follow (:func:`grader.isolation.check.subject_deadline_s`):
+        the slowest of each timed problem's reference side (the reference loaded, its graph
+        captured and compiled, the baseline compiled) and each planning question's slowest cold
+        first call (a compile of the given model); None when nothing was built. Read it from the
+        run's first judge: the others compile from its cache."""
+        figures = [float(s) for key, s in self.seconds.items() if key not in self.measured_jobs]
+        figures += [max(map(float, f["first_call_s"].values()))
+                    for f in self.measured_jobs.values() if f.get("first_call_s")]
+        return max(figures) if figures else None
+
 
 def build_references(assignment: str, course: str, judge, *, device: str | None = None,
                      measured_jobs: dict | None = None) -> BuiltReferences:
@@ -151,27 +158,65 @@ def _scores(assignment: str, evaluations: dict) -> dict:
             if all(key in evaluations for key in cell.problems)}
 
 
+def subject_deadlines(assignment: str, reference_s: float | None) -> dict[str, float]:
+    """The subject's deadline (seconds) for each solution cell of ``assignment`` (one group of
+    problems), from what building the set's references took (``reference_s``, None: not
+    measured): :func:`grader.isolation.check.subject_deadline_s`."""
+    from grader.isolation import check
+
+    return {get_problem(keys[0]).solution_grade_id:
+            check.subject_deadline_s([get_problem(k) for k in keys], reference_s)
+            for keys in groups_of(assignment)}
+
+
+def solution_note(results: dict, deadline_s: float) -> str:
+    """What stopped a solution cell's code in the subject, for the learner to read under that cell
+    ('' when nothing did): the judge's message for each of the cell's problems that did not run to
+    the end (an endless loop, a process that died, an exception, code refused before it ran), each
+    message once."""
+    messages: dict[str, list[str]] = {}
+    for key, result in results.items():
+        status = result.get("status")
+        if status == Status.OK:
+            continue
+        text = str(result.get("message") or status)
+        if status == Status.TIMEOUT:
+            text += f" after {deadline_s:.0f} s"
+        messages.setdefault(text, []).append(key)
+    return "\n".join(f"{', '.join(keys)}: {text}" for text, keys in messages.items())
+
+
 def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str = "auto",
                    device: str | None = None, timeout_s: float | None = None,
+                   reference_s: float | None = None, memory_bytes: int | None = None,
                    judge=None, isolation=None, screen: bool = True,
                    progress: Callable[[JudgedScores], None] | None = None) -> JudgedScores:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
     ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run keeps one
-    per worker; by default one is started for this notebook). ``screen``: only the grader's own
-    tests turn the static check off, to attack what stands behind it. ``progress``: called after
-    each group of problems (one solution cell) with the result so far, in which only the test
-    cells whose problems are all graded appear (Gradescope's run_autograder writes it out)."""
+    per worker, its references built; by default one is started for this notebook, and builds
+    them first). ``timeout_s``: the subject's deadline per solution cell; by default it follows
+    ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the references
+    when not given; :func:`grader.isolation.check.subject_deadline_s`). ``memory_bytes``: the
+    subject's address-space limit on CPU (``--memory-gb``). ``screen``: only the
+    grader's own tests turn the static check off, to attack what stands behind it. ``progress``:
+    called after each group of problems (one solution cell) with the result so far, in which only
+    the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
+    out)."""
     from grader.isolation import check, static_check
     from grader.isolation.judge_process import JudgeProcess
 
     own = judge is None
     judge = judge or JudgeProcess()
-    problems, seconds, evaluations, sandbox_used = {}, {}, {}, "none"
+    problems, seconds, evaluations, sandbox_used, solutions = {}, {}, {}, "none", {}
     try:
+        if timeout_s is None and reference_s is None:
+            reference_s = build_references(assignment, course, judge, device=device).reference_s
+        deadlines = subject_deadlines(assignment, reference_s)
         for keys in groups_of(assignment):
             first = get_problem(keys[0])
             cells = solution_cells(notebook, [first.solution_grade_id])
+            deadline_s = timeout_s or deadlines[first.solution_grade_id]
             started = time.monotonic()
             refusals = static_check.check_cells(cells, first.allowed_config,
                                                 public_names(first)) if screen else []
@@ -180,22 +225,25 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                                "message": static_check.describe(refusals)} for k in keys}
             else:
                 job = check.job_for(keys, cells, course_root=course, sandbox=sandbox,
-                                    device=device, timeout_s=timeout_s, isolation=isolation,
-                                    screen=screen)
+                                    device=device, timeout_s=deadline_s, isolation=isolation,
+                                    screen=screen, memory_bytes=memory_bytes)
                 results = check.run_job(job, judge)
             for key in keys:
                 seconds[key] = round((time.monotonic() - started) / len(keys), 2)
                 evaluations[key] = check.Evaluation(get_problem(key), results[key])
                 problems[key] = results[key]
                 sandbox_used = results[key].get("sandbox") or sandbox_used
+            solutions[first.solution_grade_id] = {
+                "problems": list(keys), "deadline_s": deadline_s,
+                "note": solution_note({k: results[k] for k in keys}, deadline_s)}
             if progress is not None:
                 progress(JudgedScores(assignment, dict(problems), _scores(assignment, evaluations),
-                                        dict(seconds), sandbox_used))
+                                      dict(seconds), sandbox_used, dict(solutions)))
     finally:
         if own:
             judge.close()
     return JudgedScores(assignment, problems, _scores(assignment, evaluations), seconds,
-                          sandbox_used)
+                        sandbox_used, solutions)
 
 
 def declared_test_cells_problems(source_notebook: str, assignment: str) -> list[str]:

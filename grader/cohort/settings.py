@@ -1,9 +1,9 @@
 """What ``make grade`` can be told: every setting declared once, with its default and its help.
 
 :class:`GradeSettings` is the one declaration; the command line of ``python -m grader.cli grade``
-is built from its fields (:func:`add_arguments`), :class:`grader.cohort.grade.Run` takes its
-defaults from it, and the course's ``nbgrader_config.py`` reads the cell timeout from it. The
-Makefile passes only what the user set (``make grade WORKERS=2``), so a default lives here alone.
+is built from its fields (:func:`add_arguments`) and :class:`grader.cohort.grade.Run` takes its
+defaults from it. The Makefile passes only what the user set (``make grade WORKERS=2``), so a
+default lives here alone.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def setting(default: Any, help: str, *, make: str, flag: str | None = None,
             existing_file: bool = False) -> Any:
     """A field of :class:`GradeSettings`: its default, the help of its command-line option, the
     ``make grade`` variable that sets it (``make``), the option's name when it is not the
-    field's (``--timeout`` for ``timeout_s``), and what a value must be: at least ``minimum``,
+    field's (``--assignment`` for ``assignments``), and what a value must be: at least ``minimum``,
     or a file that exists (``existing_file``; empty: none given)."""
     return dataclasses.field(default=default, metadata={
         "help": help, "flag": flag, "choices": choices, "repeat": repeat, "make": make,
@@ -37,18 +37,13 @@ class GradeSettings:
                                  make="ASSIGNMENT")
     workers: int = setting(1, "submissions graded at once (on a GPU box: one per GPU)",
                            make="WORKERS", minimum=1)
-    timeout_s: float = setting(20 * 60.0, "seconds allowed per submission before it is stopped "
-                                          "and scored 0", flag="--timeout", make="TIMEOUT",
-                               minimum=1)
-    memory_gb: float = setting(10.0, "address-space limit per submission process on CPU, in GiB",
+    memory_gb: float = setting(10.0, "address-space limit of the process that runs a "
+                                     "submission's code for the judge (its subject), on CPU, in GiB",
                                make="MEMORY_GB", minimum=1)
-    cell_timeout_s: int = setting(600, "seconds allowed per notebook cell (nbgrader's "
-                                       "Execute.timeout; compiling makes a first call slow)",
-                                  flag="--cell-timeout", make="CELL_TIMEOUT", minimum=1)
     sandbox: str = setting("auto", "confine learner code, each way tried for real first. auto: "
                                    "bubblewrap, else kernel confinement (Landlock, seccomp, a user "
-                                   "id of its own); where learner code cannot be confined "
-                                   "everywhere it runs, real submissions are not graded (the demo "
+                                   "id of its own); where learner code cannot be confined, "
+                                   "real submissions are not graded (the demo "
                                    "cohort runs anyway); bwrap, kernel: that one, required; off: "
                                    "no bubblewrap, and grade whatever this machine offers "
                                    "(printed at the start)",
@@ -79,24 +74,24 @@ class GradeSettings:
                                    "unchanged (e.g. after fixing a test); grades are replaced, "
                                    "not added", make="REGRADE")
 
-    @property
-    def memory_bytes(self) -> int:
-        """``memory_gb`` in bytes (what the sandbox's limit takes)."""
-        return int(self.memory_gb * 1024 ** 3)
-
     def run_options(self) -> dict:
         """The keyword arguments of :func:`grader.cohort.grade.grade` for these settings."""
         def path(p: str) -> str:
             return os.path.abspath(p) if p else ""
 
-        return {"workers": self.workers, "timeout_s": self.timeout_s,
+        return {"workers": self.workers, "sandbox": self.sandbox,
                 "memory_bytes": self.memory_bytes,
-                "cell_timeout_s": self.cell_timeout_s, "sandbox": self.sandbox,
                 "regrade": self.regrade, "executor": self.executor,
                 "ray_address": self.ray_address,
                 "demo_students": [x for x in self.demo_students.split(",") if x] or None,
                 "roster": path(self.roster), "canvas_assignments": path(self.canvas_assignments),
                 "canvas_per_question": self.canvas_per_question}
+
+
+    @property
+    def memory_bytes(self) -> int:
+        """``memory_gb`` in bytes."""
+        return int(self.memory_gb * 2 ** 30)
 
 
 DEFAULTS = GradeSettings()

@@ -13,11 +13,10 @@ compiled to, and computes every verdict. Where the course's ``source/`` folder i
 instructor's machine), the reference solution is measured in the same run; elsewhere (a
 student's machine, Colab) the shipped per-device floors are used, and the verdict says so.
 
-During ``make grade`` the points are not decided here: the judged scoring
-(:mod:`grader.cohort.scoring`) measures every problem of a submission in a process that never runs
-learner code and scores each test cell from the problem set's ``TEST_CELLS``. The notebook's
-kernel then only *shows* those results: ``COURSE_JUDGED_SCORES_DISPLAY`` names the file, and
-:func:`evaluate` and :func:`run_test` read it instead of measuring again.
+During ``make grade`` nothing here runs: the judged scoring (:mod:`grader.cohort.scoring`)
+measures every problem of a submission in a process that never runs learner code and scores each
+test cell from the problem set's ``TEST_CELLS`` with :func:`score_cell`; the notebook is not run,
+its test cells are given those verdicts (:mod:`grader.cohort.judged_autograde`).
 
 Why one module (~450 lines): it is the notebook's whole API (``check``, ``evaluate``,
 ``run_test``) and the test-cell scoring both it and ``make grade`` use, one import for a notebook.
@@ -36,7 +35,6 @@ from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, 
 from grader.isolation.source import Cell, cells_defining, solution_cells
 from grader import _environment as environment
 
-JUDGED_SCORES_ENV = environment.JUDGED_SCORES_DISPLAY
 _RESULTS: dict[str, "Evaluation"] = {}
 
 
@@ -268,26 +266,6 @@ def reference_cells(problem: Problem, course_root: str | None = None) -> list[Ce
 
 
 # ---------------------------------------------------------------------------------------------
-# The results of `make grade`, shown in the notebook instead of measuring again
-
-def _judged_scores() -> dict | None:
-    path = os.environ.get(JUDGED_SCORES_ENV)
-    if not path:
-        return None
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return {"problems": {}, "cells": {}}
-
-
-def _from_judged_scores(problem: Problem, results: dict) -> Evaluation:
-    result = results.get("problems", {}).get(problem.key) or {
-        "status": Status.GRADER_ERROR, "message": "the judged scoring has no result for this problem"}
-    return Evaluation(problem, result)
-
-
-# ---------------------------------------------------------------------------------------------
 # Public API
 
 def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
@@ -295,10 +273,11 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
             timeout_s: float | None = None, sandbox: str = "auto",
             problem_module: str | None = None, course_root: str | None = None,
             checks: dict[str, list[str]] | None = None, isolation=None,
-            screen: bool = True) -> dict:
+            screen: bool = True, memory_bytes: int | None = None) -> dict:
     """The judge's job for problems ``keys`` that share the learner's cells ``learner``
     (:meth:`grader.isolation.judge.Judge.grade`): the reference solutions come from ``source/``
-    when it is at hand and ``reference`` is 'auto'."""
+    when it is at hand and ``reference`` is 'auto'. ``memory_bytes``: the subject's address-space
+    limit on CPU (``make grade --memory-gb``; default: the judge's)."""
     from grader.checks.targets import default_device
 
     problems = [get_problem(k, problem_module) for k in keys]
@@ -313,13 +292,41 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
     job = {"problems": list(keys), "problem_module": problem_module,
            "learner_cells": [c.to_dict() for c in learner], "reference_cells": refs,
            "device": device or default_device(), "budget_s": budget_s,
-           "timeout_s": timeout_s or max(300.0, 4 * max(p.budget_s for p in problems)),
+           "timeout_s": timeout_s or subject_deadline_s(problems),
            "sandbox": sandbox, "screen": screen}
     if checks is not None:
         job["checks"] = checks
     if isolation is not None:
         job["isolation"] = {"mode": isolation.mode, "reason": isolation.reason}
+    if memory_bytes is not None:
+        job["memory_bytes"] = int(memory_bytes)
     return job
+
+
+# The subject's deadline where the references were built on this machine (make grade,
+# Gradescope), rather than a flat 300 s: twice the slowest of what loading and compiling the set's
+# references took the judge (make grade's BuiltReferences.reference_s: the reference loaded, its
+# graph captured and compiled with Inductor, the baseline compiled; for a planning question its
+# slowest cold first call). An honest subject does less (start, load, call, capture, count
+# compiles; no Inductor): on 2 loaded cores it took 0.1-0.4 of that in ps1, ps2 and ps4-ps7
+# (make bench-grade, 2026-12), so twice leaves it five times what it needed or more, grows with a
+# slower machine, and an endless loop costs one short deadline. The floor keeps room for the
+# subject's own start (an interpreter and torch: seconds on a quiet core, more on a loaded one)
+# where the references build fast.
+SUBJECT_DEADLINE_FACTOR = 2.0
+SUBJECT_DEADLINE_FLOOR_S = 60.0
+
+
+def subject_deadline_s(problems: list[Problem], reference_s: float | None = None) -> float:
+    """How long the subject may take for ``problems`` (one solution cell's): without a
+    measurement (self-check), max(300 s, 4 x the slowest problem's timing budget); with
+    ``reference_s``, the seconds the judge took to build the set's reference side here,
+    :data:`SUBJECT_DEADLINE_FACTOR` times that, at least :data:`SUBJECT_DEADLINE_FLOOR_S` and
+    at most the unmeasured deadline."""
+    unmeasured = max(300.0, 4 * max(p.budget_s for p in problems))
+    if reference_s is None:
+        return unmeasured
+    return min(unmeasured, max(SUBJECT_DEADLINE_FLOOR_S, SUBJECT_DEADLINE_FACTOR * reference_s))
 
 
 def judge_timeout(job: dict) -> float:
@@ -376,8 +383,6 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     from grader.isolation import static_check
 
     problem = get_problem(key, problem_module)
-    if cells is None and problem_module is None and (shown := _judged_scores()) is not None:
-        return _from_judged_scores(problem, shown)
     learner = list(cells) if cells is not None else cells_defining(*objects)
     refusals = static_check.check_cells(learner, problem.allowed_config,
                                         public_names(problem, problem_module)) if screen else []
@@ -438,9 +443,9 @@ def _keep_figures(evaluation: Evaluation, device: str, saved: dict | None) -> Ev
 
 
 def skip_while_grading() -> bool:
-    """True (after printing why) while nbgrader autogrades the notebook (``make grade``,
-    Formgrader: nbgrader sets ``NBGRADER_EXECUTION=autograde``). An exploration cell, from which
-    nothing is scored, returns early then instead of spending a submission's grading seconds on
+    """True (after printing why) while nbgrader's own autograde runs the notebook (Formgrader:
+    nbgrader sets ``NBGRADER_EXECUTION=autograde``; ``make grade`` runs no cell). An exploration
+    cell, from which nothing is scored, returns early then instead of spending grading seconds on
     its measurements; it runs as usual everywhere else (your kernel, Colab, validate).
 
     >>> if not skip_while_grading():
@@ -487,20 +492,16 @@ def find_test_cell(grade_id: str) -> TestCell:
 
 def run_test(grade_id: str, *objects, **options):
     """What an autograded test cell runs: the checks its declaration names, measured on the
-    learner's ``objects`` (or, during ``make grade``, the judged results for them).
+    learner's ``objects``.
 
     Prints every verdict the cell depends on. A partial-credit cell returns its points (the
     cell's value, which nbgrader reads); any other cell raises :class:`CheckFailed` unless it
     earned its points.
     """
     __tracebackhide__ = True
-    shown = _judged_scores() if not options else None
-    if shown is not None and grade_id in shown.get("cells", {}):
-        score = CellScore.from_dict(shown["cells"][grade_id])
-    else:
-        cell = find_test_cell(grade_id)
-        evaluations = {key: evaluate(key, *objects, **options) for key in cell.problems}
-        score = score_cell(cell, evaluations)
+    cell = find_test_cell(grade_id)
+    evaluations = {key: evaluate(key, *objects, **options) for key in cell.problems}
+    score = score_cell(cell, evaluations)
     print(score.text)
     if score.partial:
         return score.points

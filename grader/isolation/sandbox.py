@@ -1,6 +1,5 @@
 """Run a command in a fresh, limited, confined process: the one way the grader starts a process
-that executes learner code (the judge's subject, :mod:`grader.isolation.subject`, and the
-notebook kernel that nbgrader starts during ``make grade``).
+that executes learner code (the judge's subject, :mod:`grader.isolation.subject`).
 
 Three ways to confine, tried in this order by :func:`probe` (each for real, never assumed):
 

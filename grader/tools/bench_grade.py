@@ -5,8 +5,9 @@ on a local Ray instance with as many CPUs (``EXECUTOR=ray``: Ray's overhead per 
     python -m grader.cli bench-grade --out bench-results/bench-grade.md     # make bench-grade
 
 Each run grades a fresh cohort of full solutions (``ada_full`` copies from the demo cohort) in
-its own course folder under ``build/``, through the same steps as ``make grade``. Figures
-only; nothing is asserted.
+its own course folder under ``build/``, through the same steps as ``make grade``: in bubblewrap's
+sandbox where it can run, else without it, as ``make grade`` grades the demo there (the output says
+which). Figures only; nothing is asserted.
 """
 from __future__ import annotations
 
@@ -31,10 +32,23 @@ def _cohort(students: int) -> dict[str, str]:
     return {f"s{i:02d}": "ada_full" for i in range(1, students + 1)}
 
 
+def sandbox_mode() -> tuple[str, str]:
+    """The ``--sandbox`` to grade with here, and the line that says so: bubblewrap when it runs
+    here, else none (the benchmark's students are made up, as the demo's are)."""
+    from grader.isolation import sandbox
+
+    try:
+        return "bwrap", f"learner code in {sandbox.probe('bwrap').describe()}"
+    except sandbox.SandboxUnavailable as exc:
+        return "off", (f"learner code WITHOUT the sandbox (bubblewrap cannot run here: {exc}); "
+                       f"make grade grades the demo the same way here")
+
+
 def grade_cohort(assignment: str, students: int, workers: int, folder: str,
-                 executor: str = "local"):
+                 executor: str = "local", sandbox: str = "bwrap"):
     """Grade ``students`` full solutions of ``assignment`` with ``workers`` (local threads, or
-    the CPUs of a local Ray instance); the run and its seconds (Ray's start included)."""
+    the CPUs of a local Ray instance) and ``sandbox``; the run and its seconds (Ray's start
+    included)."""
     shutil.rmtree(folder, ignore_errors=True)
     build_demo_course(REPO, [assignment], folder=folder, cohort=_cohort(students))
     t0 = time.monotonic()
@@ -43,7 +57,7 @@ def grade_cohort(assignment: str, students: int, workers: int, folder: str,
 
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                  object_store_memory=200 * 1024 ** 2)
-    run = grade(folder, [assignment], workers=workers, executor=executor)
+    run = grade(folder, [assignment], workers=workers, executor=executor, sandbox=sandbox)
     return run, time.monotonic() - t0
 
 
@@ -56,7 +70,7 @@ PARTS = {
     "reference side": ("reference side",),
     "judge's graph checks": ("graph checks", "check fusion"),
     "speed and job timing": ("check speed", "check job"),
-    "nbgrader run of the notebook": ("nbgrader autograde",),
+    "nbgrader's autograde": ("nbgrader autograde",),
 }
 PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process that runs the "
               "learner's code; learner cells = running them and building the models; subject's "
@@ -65,8 +79,8 @@ PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process t
               "keeps (built once per judge, before the first submission); judge's graph checks = "
               "rebuilding the graph and checking it against the baseline, counting kernels; "
               "speed and job timing include the judge's compile of the learner's graph; "
-              "nbgrader run = nbgrader autograde with its kernel (the notebook's cells, for the "
-              "feedback); total = the whole submission, copies and merge included.")
+              "nbgrader's autograde = recording the judged points and building the graded "
+              "notebook (no cell runs); total = the whole submission, copies and merge included.")
 
 
 def _part(outcome, part: str) -> float:
@@ -125,12 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         if os.path.isdir(os.path.join(REPO, "source", d)))
     worker_counts = [int(w) for w in args.workers.split(",")]
     executors = args.executors.split(",")
+    mode, isolation = sandbox_mode()
+    print(f"bench-grade: {isolation}", flush=True)
     rows, breakdown, totals = [], [], {}
     for assignment in assignments:
         for executor in executors:
             for workers in worker_counts:
                 folder = os.path.join(REPO, "build", f"bench-grade-{assignment}-{executor}{workers}")
-                run, total = grade_cohort(assignment, args.students, workers, folder, executor)
+                run, total = grade_cohort(assignment, args.students, workers, folder, executor,
+                                          mode)
                 totals[(assignment, executor, workers)] = total
                 graded = sorted((o for o in run.outcomes if o.status == Graded.GRADED),
                                 key=lambda o: o.submission.student)
@@ -160,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown_table(header, rows)
     parts_header = ["problem set", "references, once per run"] + list(PARTS) + ["total"]
     parts_table = markdown_table(parts_header, breakdown)
+    later = [float(row[-1]) for row in breakdown if row[-1] != "-"]
+    mean = (f"Mean over {len(later)} sets: **{statistics.mean(later):.1f} s per later submission** "
+            f"({executors[0]}, {worker_counts[0]} worker(s)).\n\n" if later else "")
     text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
-            f"{time.strftime('%Y-%m-%d %H:%M')}\n\nEach submission is graded in its own course copy "
-            f"and the learner's code runs in a sandboxed subject process of its own; what later "
+            f"{time.strftime('%Y-%m-%d %H:%M')}\n\nIsolation: {isolation}.\n\n{mean}"
+            f"Each submission is graded in its own course copy "
+            f"and the learner's code runs in a subject process of its own; what later "
             f"submissions share is the judge (one per worker), which keeps the baseline and the "
             f"reference compiled from before the first submission. Ray rows: "
             f"a local Ray instance with that many CPUs, one task per submission; its overhead is "
