@@ -107,8 +107,7 @@ def escaped():
                                        as_version=4))
     os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join(UNSCREENED)
     try:
-        run = grade(course, [PS], workers=2, cell_timeout_s=demo.DEMO_CELL_TIMEOUT_S,
-                    sandbox="off")
+        run = grade(course, [PS], workers=2, sandbox="off")
     finally:
         os.environ.pop(UNSCREENED_FOR_TESTS_ENV, None)
     assert run.isolation.mode == "kernel", run.isolation.describe()

@@ -164,7 +164,6 @@ def test_when_nothing_can_confine_learner_code_real_submissions_are_not_graded(t
 
 
 def test_without_bubblewrap_kernel_confinement_is_the_next_choice(tmp_path, monkeypatch):
-    from grader.cohort import attempt
     from grader.cohort.grade import Run, choose_isolation
 
     monkeypatch.setattr(sandbox.shutil, "which",
@@ -176,16 +175,11 @@ def test_without_bubblewrap_kernel_confinement_is_the_next_choice(tmp_path, monk
         assert "bubblewrap is not installed" in isolation.describe()
         assert "Landlock ABI" in isolation.describe() and "seccomp" in isolation.describe()
         assert sandbox.probe("off").mode == "kernel"     # off: no bubblewrap, not no confinement
-        # Real submissions: graded only when nothing else runs learner code unconfined (nbgrader's
-        # kernel re-runs the notebook for the feedback, and only bubblewrap confines it).
+        # Real submissions are graded with kernel confinement: learner code runs only in the
+        # judge's subject (nbgrader's feedback runs no cell), which it confines.
         run = Run(course=str(tmp_path), assignments=["ps2"])
-        if attempt.NOTEBOOK_KERNEL_RUNS_LEARNER_CODE:
-            with pytest.raises(SystemExit) as stop:
-                choose_isolation(run)
-            assert "covers only the judge's subject" in str(stop.value)
-        else:
-            choose_isolation(run)
-            assert run.isolation.mode == "kernel"
+        choose_isolation(run)
+        assert run.isolation.mode == "kernel"
         demo_run = Run(course=str(tmp_path), assignments=["ps2"], demo=True)
         choose_isolation(demo_run)
         assert demo_run.isolation.mode == "kernel"
