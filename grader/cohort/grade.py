@@ -179,7 +179,7 @@ def start_judges(run: Run) -> None:
     submission. Judges share one compiler cache, so the second compiles nothing the first did;
     the first one's measured figures (ps3 q1) are handed to the others, so every submission of
     the run is judged on the same ones."""
-    from grader.cohort.scoring import build_references
+    from grader.cohort.scoring import build_references, yardstick
     from grader.isolation.judge_process import JudgeProcess
 
     todo = sorted({s.assignment for s in run.submissions
@@ -213,6 +213,9 @@ def start_judges(run: Run) -> None:
                 run.log(f"{assignment}: baseline and reference compiled once for the run "
                         f"({', '.join(sorted(built.seconds))}) in "
                         f"{time.monotonic() - started:.0f} s")
+            if slot == 0:
+                for key, figures in sorted(built.measured_jobs.items()):
+                    run.log(f"{key}: {yardstick(key, figures)}")
         run.references_seconds += time.monotonic() - started
 
 

@@ -11,7 +11,7 @@ import os
 from typing import NamedTuple
 
 from grader.cohort import files
-from grader.cohort.scoring import JudgedScores
+from grader.cohort.scoring import JudgedScores, yardstick
 
 
 class SpeedPoint(NamedTuple):
@@ -46,7 +46,7 @@ def collect(course: str, outcomes) -> dict:
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
                                                   "not_graded": [], "disagreed": [],
-                                                  "review": []})
+                                                  "review": [], "yardsticks": {}})
     for o in outcomes:
         sub = o.submission
         d = data[sub.assignment]
@@ -63,6 +63,9 @@ def collect(course: str, outcomes) -> dict:
                         if c.review]
         seen = set()
         for r in judged.problem_results() if judged else []:
+            job = r.checks.get("job")
+            if job is not None and isinstance(job.details.get("figures"), dict):
+                d["yardsticks"].setdefault(r.problem, job.details["figures"])
             speed = r.checks.get("speed")
             sp = speed.details.get("speedups", {}) if speed else {}
             if "learner" in sp and (sub.student, r.problem) not in seen:
@@ -198,6 +201,10 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
         parts.append(f"<h2>{html.escape(assignment)}</h2><p>{len(d['scores'])} submissions, "
                      f"mean {mean:.1f} of {d['max']:g} points.</p>")
         parts.append(f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
+        for key, figures in sorted(d["yardsticks"].items()):
+            parts.append(f"<p>{html.escape(key)}: the hidden jobs were judged on figures the "
+                         f"grader measured once for the run: {html.escape(yardstick(key, figures))}. "
+                         f"A job whose verdict changes within that spread is held for review.</p>")
         if d["causes"]:
             parts.append("<p>Most common graph-break causes: " + ", ".join(
                 f"{html.escape(c)} ({n})" for c, n in d["causes"].most_common()) + "</p>")
