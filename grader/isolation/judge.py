@@ -175,6 +175,9 @@ class Judge:
                    for k in problems}
         sides = {k: self.side(p, refs.get(k), device, module, job.get("measured_jobs"))
                  for k, p in problems.items()}
+        for k, p in problems.items():   # measured before any learner code runs, if not given
+            if p.plan is not None and "job" in wanted[k]:
+                sides[k].job_figures()
         lap("reference side")
 
         # 1. The screen (defence in depth).
