@@ -324,7 +324,7 @@ def test_compiling_never_pays_where_no_mode_is_faster():
 def test_job_figures_are_measured_in_rounds_and_modes_that_compile_alike_once():
     """ps3's yardstick (grader.checks.jobs.measure): on a CPU, reduce-overhead compiles what
     default does (it differs only in CUDA graphs), so it is measured once for both; every
-    measured way gets a cold first call and interleaved trials in each round, after one
+    measured way gets a cold first call and interleaved trials in each round, after a tiny
     throwaway compile; the figures are the least first call and the median per call, and each
     round's own figures give the break-even's spread."""
     from grader.checks import jobs
@@ -339,8 +339,8 @@ def test_job_figures_are_measured_in_rounds_and_modes_that_compile_alike_once():
     figures = jobs.measure(build, [(torch.ones(3),)], modes, eager="none", device="cpu",
                            rounds=3, trials=4)
     assert figures.shared == {"none": "none", "default": "default", "reduce-overhead": "default"}
-    # one throwaway compile, then each measured way once a round; reduce-overhead never
-    assert built[0] == "default" and sorted(built[1:]) == sorted(["none", "default"] * 3), built
+    # each measured way once a round (after a tiny throwaway compile); reduce-overhead never
+    assert sorted(built) == sorted(["none", "default"] * 3), built
     assert len(figures.rounds) == 3 and figures.compile_threads == 1
     assert all(len(r["samples"]["default"]) == 4 for r in figures.rounds)
     assert figures.first_call_s["reduce-overhead"] == figures.first_call_s["default"] == \

@@ -248,11 +248,11 @@ def measure(build: Callable[[str], Callable], pool: Sequence[tuple], modes: Sequ
 
     found = []
     with ti.quiet_torch_logs():
-        # One compile first, thrown away: the first compile in a process also sets Inductor up
-        # (imports, the C++ toolchain's precompiled header), which would be charged to whichever
-        # mode came first.
+        # One tiny compile first, thrown away: the first compile in a process also sets Inductor
+        # up (imports, the C++ toolchain's precompiled header), which would be charged to
+        # whichever mode came first.
         if compiled:
-            cold_first_call(build(compiled[0]))
+            ti.warm_inductor(device)
         for round_ in range(rounds):
             fns, first = {}, {}
             for mode in timing.interleave_order(measured, round_):
