@@ -43,7 +43,9 @@ def _check(args) -> int:
 
     problem = get_problem(args.key)
     cells = solution_cells(args.notebook, [problem.solution_grade_id])
-    evaluation = evaluate(args.key, cells=cells, reference="off" if args.no_reference else "auto")
+    # The instructor's check: a planning question's hidden jobs are judged too (hidden_jobs).
+    evaluation = evaluate(args.key, cells=cells, reference="off" if args.no_reference else "auto",
+                          hidden_jobs=True)
     print(evaluation)
     return 0 if evaluation.status == Status.OK else 1
 

@@ -13,30 +13,31 @@ and its subject (the timed checks left out where the verdict does not depend on 
   speed: a library norm skips writing the statistics, which is the lesson;
 - ps6's "static history" step (write the token into a buffer, recompute every position, select
   one) is one graph that compiles once, but it does ~60x the reference's work a step: not timed;
-- ps3's job rule is graded on hidden sizes around this machine's break-even: "always compile"
-  and "never compile" earn only the jobs on their side, the break-even rule earns all four, and
-  a rule that raises or returns anything but a mode earns nothing (the figures are the judge's
-  own measurement; here synthetic ones stand in for it, so the tests need no compile).
+- ps3's job rule is graded on pairs of hidden sizes 1.5-3x below and above this machine's
+  break-even: a rule that answers the same for every size, or a threshold halfway between the
+  notebook's examples, earns nothing; the measured break-even earns all five pairs; a job within
+  the spread of the judge's rounds is undecided, not wrong; a rule that raises or returns
+  anything but a mode earns nothing (the figures are the judge's own measurement; here synthetic
+  ones stand in for it, so the tests need no compile); the self-check judges no hidden job;
+- ps3 q2's padded per-row loop compiles once but holds a copy of its body per row: the operator
+  check refuses it, batched rewrites pass.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 
 import pytest
 
-from grader.checks import targets
+from grader.checks.jobs import JobFigures
 from grader.isolation import reference_side
 from grader.isolation.check import Evaluation, job_for, score_cell
 from grader.isolation.judge import Judge
-from grader.isolation.reference_side import JobFigures
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem
 from grader.problems import test_cells as declared_test_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STRUCTURAL = ("fullgraph", "breaks", "recompiles", "fusion")
+STRUCTURAL = ("fullgraph", "breaks", "recompiles", "fusion", "operators")
 
 
 @pytest.fixture(scope="module")
@@ -203,24 +204,31 @@ def test_ps1_with_one_side_of_the_if_earns_nothing(judge):
     assert points("ps1", results) == 0
 
 
-# ps3 q1: synthetic figures in the shape of this CPU's (a cold compile of ~5 s, 140 us a call
-# eager, ~55 us compiled: B ~ 59,000 calls), with a little spread between trials.
-FIRST_S = {"none": 0.002, "default": 5.0, "reduce-overhead": 4.8, "max-autotune": 5.1,
-           "max-autotune-no-cudagraphs": 5.0}
-PER_CALL_S = {"none": 140e-6, "default": 55e-6, "reduce-overhead": 54e-6, "max-autotune": 53e-6,
-              "max-autotune-no-cudagraphs": 56e-6}
+# ps3 q1: synthetic figures in the shape of this CPU's (a cold compile of a few seconds, ~140 us a
+# call eager, ~55 us compiled), three rounds with a little spread between them. The figures are
+# the judge's own measurement in a run; here they stand for it, so the tests need no compile.
+MODES = get_problem("ps3.q1").plan.modes
+PER_CALL_S = {"none": 140e-6, "default": 55e-6, "reduce-overhead": 55e-6, "max-autotune": 53e-6,
+              "max-autotune-no-cudagraphs": 53e-6}
+COMPILE_S = {"none": 0.002, "default": 5.0, "reduce-overhead": 5.0, "max-autotune": 5.4,
+             "max-autotune-no-cudagraphs": 5.4}
+ALIKE = {"none": "none", "default": "default", "reduce-overhead": "default",
+         "max-autotune": "max-autotune", "max-autotune-no-cudagraphs": "max-autotune"}
 
 
-def _figures(first: dict, per_call: dict) -> JobFigures:
-    samples = {m: [s * (1 + 0.01 * ((i % 5) - 2)) for i in range(21)] for m, s in per_call.items()}
-    calls, best = targets.break_even(samples, first, "none")
-    return JobFigures(dict(first), samples, calls, best)
+def _figures(first: dict = COMPILE_S, per_call: dict = PER_CALL_S,
+             rounds: tuple = (1.0, 1.04, 0.97)) -> JobFigures:
+    """Figures of three rounds, each round's compiles scaled by one of ``rounds``."""
+    measured = sorted(set(ALIKE.values()))
+    made = [{"first_call_s": {m: first[m] * (1 if m == "none" else w) for m in measured},
+             "samples": {m: [per_call[m] * (1 + 0.01 * ((i % 5) - 2)) for i in range(7)]
+                         for m in measured}} for w in rounds]
+    return JobFigures(MODES, "none", made, dict(ALIKE))
 
 
 @pytest.fixture
 def ps3_judge(monkeypatch):
-    monkeypatch.setattr(reference_side, "measure_jobs",
-                        lambda problem, device: _figures(FIRST_S, PER_CALL_S))
+    monkeypatch.setattr(reference_side, "measure_jobs", lambda problem, device: _figures())
     return Judge()
 
 
@@ -230,44 +238,132 @@ def _rule(body: str) -> str:
             + "".join(f"        {line}\n" for line in body.splitlines()))
 
 
+def _threshold(calls: float, mode: str = "default") -> str:
+    return _rule(f'return {mode!r} if calls > {calls:.0f} else "none"')
+
+
 REFERENCE_PS3 = solution_cells(os.path.join(ROOT, "source", "ps3", "ps3.ipynb"),
                                ["ps3-q1-solution"])[0].source
 
 
-@pytest.mark.parametrize("name, source, short, long", [
-    ("the reference's break-even rule", REFERENCE_PS3, 2, 2),
-    ("never compile", _rule('return "none"'), 2, 0),
-    ("always compile", _rule('return "default"'), 0, 2),
-    ("always max-autotune", _rule('return "max-autotune"'), 0, 2),
+def _reference_threshold() -> float:
+    """Where the reference rule starts compiling on a CPU (found from its answers)."""
+    namespace: dict = {}
+    exec(REFERENCE_PS3, namespace)
+    rule = namespace["JobPlanner"].mode_for
+    low, high = 1, 10 ** 9
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if rule(mid, "cpu") != "none" else (mid, high)
+    return high
+
+
+def _q1_points(result: dict) -> tuple[float, str, bool]:
+    score = score_cell(declared_test_cells("ps3")["ps3-q1-jobs"],
+                       {"ps3.q1": Evaluation(get_problem("ps3.q1"), result)})
+    return score.points, score.text, score.review
+
+
+B = _figures().break_even
+EXAMPLES = get_problem("ps3.q1").plan.examples
+
+
+@pytest.mark.parametrize("name, source, points", [
+    ("a threshold at the measured break-even", _threshold(B), 5),
+    ("a threshold a little off the break-even (1.4x)", _threshold(1.4 * B), 5),
+    ("never compile", _rule('return "none"'), 0),
+    ("always compile", _rule('return "default"'), 0),
+    ("always max-autotune", _rule('return "max-autotune"'), 0),
+    ("halfway between the examples", _threshold((EXAMPLES[0] + EXAMPLES[1]) / 2), 0),
+    ("a guessed round threshold, 4x too high", _threshold(4 * B), 0),
+    ("the right threshold, but the mode whose compile costs more", _threshold(B, "max-autotune"),
+     None),
 ])
-def test_ps3_rule_earns_the_jobs_it_gets_right(ps3_judge, name, source, short, long):
+def test_ps3_rule_earns_a_point_only_for_pairs_it_gets_right_on_both_sides(ps3_judge, name,
+                                                                        source, points):
+    """Graded through the real judge: the hidden jobs lie 1.5-3x below and above the break-even,
+    and a pair earns its point only when the job below and the job above are both right, so a
+    rule that answers the same for every size, or puts its threshold where nothing was
+    measured, earns nothing of question 1."""
     result = grade(ps3_judge, ["ps3.q1"], source)["ps3.q1"]
     assert result["status"] == "ok", result
-    evaluations = {"ps3.q1": Evaluation(get_problem("ps3.q1"), result)}
-    cells = declared_test_cells("ps3")
-    scores = {g: score_cell(cells[g], evaluations) for g in ("ps3-q1-correctness",
-                                                            "ps3-q1-short", "ps3-q1-long")}
-    assert [s.points for s in scores.values()] == [1, short, long], \
-        {g: s.text for g, s in scores.items()}
-    # the feedback names each job, the choice, and every choice's total
-    text = scores["ps3-q1-long"].text
-    assert "break-even: compiling pays after" in text and "totals: none" in text, text
-    assert text.count("your rule chose") == 2 and "(long)" in text
+    got, text, review = _q1_points(result)
+    if points is not None:
+        assert got == points, (name, text)
+    assert not review, text
+    # the feedback names the figures, the break-even with its spread, each job, the choice and
+    # every choice's total, and which way a wrong choice went
+    assert "break-even: compiling pays after" in text and "over the 3 rounds" in text, text
+    assert text.count("your rule chose") == 10 and "pairs right: " in text, text
+    if points == 0 and "never" in name:
+        assert "your rule compiles too late" in text, text
+    if points == 0 and "always compile" in name:
+        assert "your rule compiles too early" in text, text
 
 
-def test_ps3_hidden_jobs_are_drawn_fresh_around_the_break_even(ps3_judge):
-    figures = _figures(FIRST_S, PER_CALL_S)
-    b = figures.break_even
+def test_ps3_the_reference_rule_earns_question_1_where_its_figures_were_measured(monkeypatch):
+    """The reference rule, judged on figures whose break-even is where its own written-in
+    figures put it (a grading machine like the one it was measured on), earns all five pairs."""
+    threshold = _reference_threshold()
+    per_call = dict(PER_CALL_S)
+    first = {m: (0.002 if m == "none" else threshold * (per_call["none"] - per_call[m]))
+             for m in MODES}
+    monkeypatch.setattr(reference_side, "measure_jobs",
+                        lambda problem, device: _figures(first, per_call))
+    result = grade(Judge(), ["ps3.q1"], REFERENCE_PS3)["ps3.q1"]
+    assert _q1_points(result)[0] == 5, result["checks"]["job"]["message"]
+
+
+def test_ps3_hidden_jobs_are_pairs_drawn_fresh_near_the_break_even(ps3_judge):
     seen = []
     for _ in range(2):
         result = grade(ps3_judge, ["ps3.q1"], _rule('return "none"'))["ps3.q1"]
         jobs = result["checks"]["job"]["jobs"]
-        assert [j["part"] for j in jobs] == ["short", "short", "long", "long"]
+        assert [j["part"] for j in jobs] == ["short"] * 5 + ["long"] * 5
         for j in jobs:
-            low, high = (b / 30, b / 4) if j["part"] == "short" else (4 * b, 30 * b)
-            assert low - 1 <= j["calls"] <= high + 1, (j, b)
+            low, high = (B / 3, B / 1.5) if j["part"] == "short" else (1.5 * B, 3 * B)
+            assert low - 1 <= j["calls"] <= high + 1, (j, B)
         seen.append([j["calls"] for j in jobs])
     assert seen[0] != seen[1]          # drawn from fresh seeds for every submission
+
+
+def test_ps3_the_rule_is_asked_among_decoys_drawn_like_the_hidden_jobs(ps3_judge, monkeypatch):
+    """A rule that sees every size cannot pick the graded ones out: besides the examples and a
+    grid, it is asked about clusters drawn as the hidden ones are, around false break-evens."""
+    from grader.isolation import judge as judge_module
+
+    asked = []
+    original = judge_module.SubjectSession.request
+
+    def spy(self, request, blob=b""):
+        if request.get("op") == "plan":
+            asked.append(list(request["sizes"]))
+        return original(self, request, blob)
+
+    monkeypatch.setattr(judge_module.SubjectSession, "request", spy)
+    result = grade(ps3_judge, ["ps3.q1"], _threshold(B))["ps3.q1"]
+    sizes = asked[0]
+    hidden = {j["calls"] for j in result["checks"]["job"]["jobs"]}
+    assert hidden < set(sizes) and set(EXAMPLES) < set(sizes)
+    near = [n for n in sizes if B / 3 <= n <= 3 * B]
+    elsewhere = [n for n in sizes if n not in hidden and n not in judge_module.PROBE_SIZES
+                 and n not in EXAMPLES]
+    assert len(elsewhere) >= 20, sizes           # three decoy clusters of ten
+    assert len(near) < len(sizes) / 2, sizes
+    assert sizes != sorted(sizes)                # shuffled
+
+
+def test_ps3_a_job_within_the_spread_of_the_break_even_is_undecided_not_wrong(monkeypatch):
+    """Where the rounds' figures disagree about a job (here one round's compiles took 5x,
+    another's a fifth: every hidden job lies within that spread), the job is undecided: the cell
+    is held for review, and no job is marked wrong."""
+    monkeypatch.setattr(reference_side, "measure_jobs",
+                        lambda problem, device: _figures(rounds=(1.0, 0.2, 5.0)))
+    result = grade(Judge(), ["ps3.q1"], _threshold(B))["ps3.q1"]
+    points, text, review = _q1_points(result)
+    assert result["checks"]["job"]["verdict"] == "inconclusive"
+    assert review and "UNDECIDED" in text and "-> WRONG" not in text, text
+    assert "[REVIEW]" in text
 
 
 @pytest.mark.parametrize("body, said", [
@@ -283,9 +379,9 @@ def test_ps3_rule_that_raises_or_answers_no_mode_scores_nothing(ps3_judge, body,
 
 
 def test_ps3_where_compiling_never_pays_every_right_answer_is_eager(monkeypatch):
-    slower = {m: (140e-6 if m == "none" else 150e-6) for m in PER_CALL_S}
+    slower = {m: (140e-6 if m == "none" else 150e-6) for m in MODES}
     monkeypatch.setattr(reference_side, "measure_jobs",
-                        lambda problem, device: _figures(FIRST_S, slower))
+                        lambda problem, device: _figures(per_call=slower))
     results = grade(Judge(), ["ps3.q1"], _rule('return "none"'))
     message = results["ps3.q1"]["checks"]["job"]["message"]
     assert "no compile mode is faster per call than eager here" in message, message
@@ -296,32 +392,36 @@ def test_ps3_where_compiling_never_pays_every_right_answer_is_eager(monkeypatch)
 def test_ps3_figures_are_measured_once_per_run_and_handed_to_every_other_judge(monkeypatch):
     """A run's first judge measures ps3's figures; the other judges (local workers, Ray tasks)
     build their references from those figures (the same break-even for every submission)
-    instead of measuring ~50 s again; figures for other modes are refused, never half-used."""
+    instead of measuring again; figures for other modes are refused, never half-used."""
     measured = []
 
     def measure(problem, device):
         measured.append(problem.key)
-        return _figures(FIRST_S, PER_CALL_S)
+        return _figures()
 
     monkeypatch.setattr(reference_side, "measure_jobs", measure)
     job = job_for(["ps3.q1"], [], course_root=ROOT)
     first = Judge().build_references(job)
     assert measured == ["ps3.q1"]
     figures = first["measured_jobs"]["ps3.q1"]
-    assert figures["break_even"] == pytest.approx(_figures(FIRST_S, PER_CALL_S).break_even)
+    assert figures["break_even"] == pytest.approx(B)
+    assert figures["spread"][0] <= B < figures["spread"][1]
 
     other = Judge()
     again = other.build_references(dict(job, measured_jobs=first["measured_jobs"]))
     assert measured == ["ps3.q1"], "the second judge measured again"
     assert again["measured_jobs"] == first["measured_jobs"]
-    result = grade(other, ["ps3.q1"], REFERENCE_PS3)["ps3.q1"]
+    result = grade(other, ["ps3.q1"], _threshold(B))["ps3.q1"]
     assert measured == ["ps3.q1"] and result["status"] == "ok", result
     assert f"compiling pays after {figures['break_even']:,.0f} calls" in \
         result["checks"]["job"]["message"], result["checks"]["job"]["message"]
 
-    wrong = {"ps3.q1": dict(figures, samples={"none": [1e-4]}, first_call_s={"none": 0.0})}
+    wrong = {"ps3.q1": dict(figures, modes=["none", "default"])}
     with pytest.raises(ValueError, match="job figures"):
         Judge().build_references(dict(job, measured_jobs=wrong))
+    broken = {"ps3.q1": dict(figures, rounds=[{"first_call_s": {}, "samples": {}}])}
+    with pytest.raises(ValueError, match="job figures"):
+        Judge().build_references(dict(job, measured_jobs=broken))
 
 
 class _InProcessJudge:
@@ -332,44 +432,79 @@ class _InProcessJudge:
         return Judge().grade(job)   # a fresh judge per job: what self-check starts each time
 
 
-def test_self_check_measures_ps3_once_and_reuses_the_saved_figures(monkeypatch, tmp_path):
-    """A learner checking their rule again does not wait ~50 s for the same measurement: the
-    first self-check saves the judge's figures on this machine, the next ones use them (and say
-    so); figures too old, or for other grader code, are measured again."""
-    from grader import _paths
-    from grader.isolation import saved_figures
+def test_self_check_neither_measures_nor_judges_ps3s_hidden_jobs(monkeypatch):
+    """The self-check (and a test cell run in the learner's notebook) asks the rule what it
+    answers and says the hidden jobs are judged when graded: it never measures the judge's
+    figures, so it cannot print the break-even the question asks the learner to measure. The
+    instructor's check (hidden_jobs=True) judges them."""
     from grader.isolation.check import evaluate
 
     measured = []
 
     def measure(problem, device):
         measured.append(problem.key)
-        return _figures(FIRST_S, PER_CALL_S)
+        return _figures()
 
     monkeypatch.setattr(reference_side, "measure_jobs", measure)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    rule = [Cell("cell 7", REFERENCE_PS3)]
-    first = evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
-    assert first.status == "ok" and measured == ["ps3.q1"], first.result
-    assert "saved in" in first.figures_note and str(tmp_path) in first.figures_note
-    again = evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
-    assert again.status == "ok" and measured == ["ps3.q1"], "measured again"
-    assert "measured by a self-check at" in again.figures_note
-    pays = [re.search(r"compiling pays after ([\d,]+) calls", e.outcome("job").message).group(1)
-            for e in (first, again)]
-    assert pays[0] == pays[1], pays
+    rule = [Cell("cell 7", _threshold(B))]
+    ev = evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
+    assert ev.status == "ok" and measured == [], ev.result
+    assert ev.verdict("rule") == "pass" and ev.verdict("job") == "not judged here"
+    text = str(ev)
+    assert "break-even: compiling pays" not in text and "job of" not in text, text
+    assert f"'none' for 10..{max(n for n in _probe() if n <= B):,} calls" in text, text
+    score = score_cell(declared_test_cells("ps3")["ps3-q1-jobs"], {"ps3.q1": ev})
+    assert score.points == 0 and "[NOT JUDGED HERE]" in score.text and not score.review
 
-    # Too old: measured again.
-    path = saved_figures.path_for("ps3.q1", "cpu")
-    data = json.load(open(path))
-    json.dump(dict(data, measured_at=data["measured_at"] - saved_figures.MAX_AGE_S - 1),
-              open(path, "w"))
-    evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off")
-    assert measured == ["ps3.q1", "ps3.q1"]
-    # Asked not to use them: measured again.
-    evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off",
-             saved_figures=False)
-    assert measured == ["ps3.q1"] * 3
-    # Other grader code: another file.
-    monkeypatch.setattr(_paths, "grader_fingerprint", lambda: "another grader")
-    assert saved_figures.path_for("ps3.q1", "cpu") != path
+    graded = evaluate("ps3.q1", cells=rule, judge=_InProcessJudge(), cache=False, sandbox="off",
+                      hidden_jobs=True)
+    assert measured == ["ps3.q1"] and graded.verdict("job") == "pass", graded.result
+
+
+def _probe():
+    from grader.isolation.judge import PROBE_SIZES
+    return PROBE_SIZES
+
+
+PADDED_LOOP_PS3 = """class BatchScorer(PerSampleScorer):
+    def forward(self, x):
+        n = x.shape[0]
+        padded = torch.cat([x, x.new_zeros(64 - n, x.shape[1])])
+        rows = []
+        for i in range(64):
+            r = torch.relu(self.fc(padded[i]))
+            rows.append(r / (r.norm() + 1e-6))
+        return torch.stack(rows)[:n]
+"""
+HAND_NORM_PS3 = """class BatchScorer(PerSampleScorer):
+    def forward(self, x):
+        r = torch.relu(x @ self.fc.weight.T + self.fc.bias)
+        return r / (torch.sqrt((r * r).sum(dim=-1, keepdim=True)) + 1e-6)
+"""
+
+
+def test_ps3s_padded_per_row_loop_compiles_once_but_earns_no_recompile_point(judge):
+    """Padding every batch to 64 rows and keeping the per-row loop is correct, one graph, and
+    compiles once; but its graph holds a copy of the loop's body per row, which the operator
+    check counts (the lesson is one batched computation): the recompile cell earns nothing."""
+    results = grade(judge, ["ps3.q2"], PADDED_LOOP_PS3)
+    checks = results["ps3.q2"]["checks"]
+    assert checks["correctness"]["ok"] and checks["fullgraph"]["ok"], checks
+    assert checks["recompiles"]["ok"], checks["recompiles"]["message"]
+    operators = checks["operators"]
+    assert not operators["ok"] and operators["operators"] > 300, operators
+    assert "a copy of its body into the graph for every iteration" in operators["message"]
+    cell = declared_test_cells("ps3")["ps3-q2-recompiles"]
+    score = score_cell(cell, {"ps3.q2": Evaluation(get_problem("ps3.q2"), results["ps3.q2"])})
+    assert score.points == 0 and "operators in the graph" in score.text, score.text
+    assert "hint: no Python loop over rows at all" in score.text, score.text
+
+
+@pytest.mark.parametrize("source", [HAND_NORM_PS3, solution_cells(
+    os.path.join(ROOT, "source", "ps3", "ps3.ipynb"), ["ps3-q2-solution"])[0].source])
+def test_ps3s_batched_rewrites_pass_the_operator_check(judge, source):
+    results = grade(judge, ["ps3.q2"], source)
+    checks = results["ps3.q2"]["checks"]
+    assert all(c["ok"] for c in checks.values()), checks
+    assert checks["operators"]["operators"] <= get_problem("ps3.q2").max_operators
+    assert points("ps3", results) == 5

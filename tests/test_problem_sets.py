@@ -97,8 +97,9 @@ def _fill_solutions(release_nb: dict, source_nb: dict) -> dict:
 
 def test_self_check_outside_nbgrader(tmp_path):
     """A student's copy of ps3 (no source/ anywhere near it), solved, run in a plain kernel:
-    every self-check passes (q1's rule on jobs drawn around this machine's break-even), the
-    explore cell's first calls each compile, and nothing reaches stderr."""
+    every self-check passes, q1's says what the rule answers and that its hidden jobs are judged
+    only when graded (it never prints a break-even: the exploration cell measures it), and
+    nothing reaches stderr."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -128,17 +129,12 @@ def test_self_check_outside_nbgrader(tmp_path):
             for c in checks]
     for out in text:
         assert "[PASS]" in out and "[FAIL]" not in out, out
-    assert "(self-check: the hidden jobs were drawn around this machine's break-even" in text[0]
-    # the explore cell's first calls are compiles, each from an empty Dynamo cache: a new TinyMLP
-    # would otherwise reuse an earlier compile of TinyMLP.forward in the same mode
-    [explore] = ["".join(o.get("text", "") for o in c.outputs if o.get("output_type") == "stream")
-                 for c in nb.cells if c.cell_type == "code"
-                 and c.source.startswith("# Explore (not graded): each choice's cold first call")]
-    for mode, graphs in (("none", 0), ("default", 1), ("reduce-overhead", 1)):
-        assert re.search(rf"^{re.escape(mode)} +first call +[\d.]+ s \({graphs} graph\(s\) compiled\)",
-                         explore, re.M), (mode, explore)
-    assert "[PASS] ps3.q1 the rule's choices on hidden jobs" in text[0], text[0]
-    assert "measured against the reference" not in text[0]
+    assert "[PASS] ps3.q1 the rule answers one of the modes" in text[0], text[0]
+    assert "[NOT JUDGED HERE] ps3.q1 the rule's choices on hidden jobs" in text[0], text[0]
+    assert "compiling pays after" not in text[0] and "job of" not in text[0], text[0]
+    explored = next(c for c in nb.cells if c.cell_type == "code" and "measure_modes(" in c.source)
+    shown = "".join(o.get("text", "") for o in explored.outputs)
+    assert "pays after" in shown and "rounds" in shown, shown
 
 
 def test_failure_message_names_the_learners_line_and_a_fix():

@@ -287,15 +287,81 @@ def test_a_job_choice_is_judged_on_its_modelled_total():
     first = {"none": 0.0, "default": 4.0, "slow-compile": 40.0}
     calls, best = targets.break_even(samples, first, "none")
     assert best == "default" and calls == pytest.approx(4.0 / 1.3e-4)
-    verdict, best, ratio, totals = targets.judge_plan_choice(samples, first, 2_000, "default", 0.8)
-    assert verdict == "fail" and best == "none" and ratio.median < 0.1
-    assert totals["default"].median == pytest.approx(4.0 + 2_000 * 7e-5)
-    assert targets.judge_plan_choice(samples, first, 2_000, "none", 0.8)[:3] == ("pass", "none",
-                                                                                 None)
-    assert targets.judge_plan_choice(samples, first, 200_000, "default", 0.8)[0] == "pass"
-    assert targets.judge_plan_choice(samples, first, 200_000, "none", 0.8)[0] == "fail"
+    figures = [(samples, first)]
+    verdict, best, ratio, totals = targets.judge_plan_choice(figures, 2_000, "default", 0.8)
+    assert verdict == "fail" and best == "none" and ratio < 0.1
+    assert totals["default"] == pytest.approx(4.0 + 2_000 * 7e-5)
+    assert targets.judge_plan_choice(figures, 2_000, "none", 0.8)[:3] == ("pass", "none", None)
+    assert targets.judge_plan_choice(figures, 200_000, "default", 0.8)[0] == "pass"
+    assert targets.judge_plan_choice(figures, 200_000, "none", 0.8)[0] == "fail"
     # a mode whose compile the job cannot win back loses even where compiling pays
-    assert targets.judge_plan_choice(samples, first, 200_000, "slow-compile", 0.8)[0] == "fail"
+    assert targets.judge_plan_choice(figures, 200_000, "slow-compile", 0.8)[0] == "fail"
+
+
+def test_a_job_choice_is_judged_on_every_repeated_measurement():
+    """Judged on each set of figures (the run's, then each round's own): right on all of them
+    passes, wrong on all fails, and a verdict that changes within the measurement's spread is
+    inconclusive, not wrong."""
+    samples = {"none": [2e-4] * 9, "default": [7e-5] * 9}
+    quick, slow = {"none": 0.0, "default": 4.0}, {"none": 0.0, "default": 12.0}
+    calls = 60_000   # ~2x the break-even on the quick figures, ~0.65x on the slow ones
+    both = [(samples, quick), (samples, slow)]
+    assert targets.judge_plan_choice([(samples, quick)], calls, "default", 0.9)[0] == "pass"
+    assert targets.judge_plan_choice([(samples, slow)], calls, "default", 0.9)[0] == "fail"
+    verdict, best, _, totals = targets.judge_plan_choice(both, calls, "default", 0.9)
+    assert verdict == "inconclusive" and best == "default"     # best on the first set
+    assert totals["default"] == pytest.approx(4.0 + calls * 7e-5)
+    assert targets.judge_plan_choice(both, 2_000, "none", 0.9)[0] == "pass"
+    assert targets.judge_plan_choice(both, 2_000, "default", 0.9)[0] == "fail"
+
+
+def test_compiling_never_pays_where_no_mode_is_faster():
     # no mode faster per call than eager: compiling never pays
     assert targets.break_even({"none": [1e-4] * 9, "default": [1e-4] * 9},
                               {"none": 0.0, "default": 4.0}, "none") == (None, None)
+
+
+def test_job_figures_are_measured_in_rounds_and_modes_that_compile_alike_once():
+    """ps3's yardstick (grader.checks.jobs.measure): on a CPU, reduce-overhead compiles what
+    default does (it differs only in CUDA graphs), so it is measured once for both; every
+    measured way gets a cold first call and interleaved trials in each round, after a tiny
+    throwaway compile; the figures are the least first call and the median per call, and each
+    round's own figures give the break-even's spread."""
+    from grader.checks import jobs
+
+    built = []
+
+    def build(mode):
+        built.append(mode)
+        return lambda x: x * 2 if mode == "none" else x + 1
+
+    modes = ("none", "default", "reduce-overhead")
+    figures = jobs.measure(build, [(torch.ones(3),)], modes, eager="none", device="cpu",
+                           rounds=3, trials=4)
+    assert figures.shared == {"none": "none", "default": "default", "reduce-overhead": "default"}
+    # each measured way once a round (after a tiny throwaway compile); reduce-overhead never
+    assert sorted(built) == sorted(["none", "default"] * 3), built
+    assert len(figures.rounds) == 3 and figures.compile_threads == 1
+    assert all(len(r["samples"]["default"]) == 4 for r in figures.rounds)
+    assert figures.first_call_s["reduce-overhead"] == figures.first_call_s["default"] == \
+        min(r["first_call_s"]["default"] for r in figures.rounds)
+    again = jobs.JobFigures.from_dict(json.loads(json.dumps(figures.to_dict())), modes)
+    assert again.first_call_s == figures.first_call_s and again.samples == figures.samples
+    with pytest.raises(ValueError):
+        jobs.JobFigures.from_dict(figures.to_dict(), ("none", "default"))
+
+
+def test_job_figures_spread_is_the_rounds_break_evens():
+    from grader.checks import jobs
+
+    rounds = [{"first_call_s": {"none": 0.0, "default": f}, "samples": {"none": [2e-4] * 5,
+                                                                         "default": [1e-4] * 5}}
+              for f in (4.0, 5.0, 3.0)]
+    figures = jobs.JobFigures(("none", "default"), "none", rounds,
+                              {"none": "none", "default": "default"})
+    assert figures.break_even == pytest.approx(30_000)             # the least compile: 3 s
+    assert figures.spread() == pytest.approx((30_000, 50_000))
+    assert "30,000-50,000 calls over the 3 rounds" in figures.summary()
+    assert len(figures.figure_sets()) == 4
+    assert jobs.compile_alike(("none", "default", "reduce-overhead"), "none", "cuda") == \
+        {"none": "none", "default": "default", "reduce-overhead": "reduce-overhead"}

@@ -58,6 +58,10 @@ REGISTRY: tuple[Check, ...] = (
     # eagerly (ps7: code whose compiled result differs from its eager one).
     Check("compiled", "compiled with Inductor, matches eager"),
     Check("fusion", "kernel count"),
+    # ATen operators in the learner's captured graph, against the problem's bound: a Python loop
+    # over rows that compiles once (padded to a fixed count) still puts a copy of its body in
+    # the graph for every row (ps3 q2).
+    Check("operators", "operators in the graph (one batched computation, no per-row copies)"),
     Check("speed", "speedup target"),
     Check("rule", "the rule answers one of the modes for every job size"),
     Check("job", "the rule's choices on hidden jobs (compile + calls)"),

@@ -207,21 +207,11 @@ def verdict_from_samples(samples: Mapping[str, Sequence[float]], target: SpeedTa
 
 
 def job_totals(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
-               calls: int, confidence: float = CONFIDENCE) -> dict[str, Estimate]:
-    """Seconds for a job of ``calls`` calls: the first call (the cold compile) plus ``calls``
-    times the seconds per call, with the per-call interval carried through."""
-    totals = {}
-    for name, seconds in samples.items():
-        per = Estimate.of(seconds, confidence)
-        first = float(first_call_s.get(name, 0.0))
-        totals[name] = Estimate(first + calls * per.median, first + calls * per.low,
-                                first + calls * per.high, per.n)
-    return totals
-
-
-def _ratio(slow: Estimate, fast: Estimate) -> Estimate:
-    """``slow / fast`` with a conservative interval (the two are not paired)."""
-    return Estimate(slow.median / fast.median, slow.low / fast.high, slow.high / fast.low, fast.n)
+               calls: int) -> dict[str, float]:
+    """Seconds for a job of ``calls`` calls each way: the first call (the cold compile) plus
+    ``calls`` times the median seconds per call."""
+    return {name: float(first_call_s.get(name, 0.0)) + calls * statistics.median(seconds)
+            for name, seconds in samples.items()}
 
 
 def break_even(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
@@ -254,21 +244,27 @@ def calls_to_pay_back(extra_seconds: float, saved_per_call_s: float) -> float:
     return max(extra_seconds, 0.0) / saved_per_call_s
 
 
-def judge_plan_choice(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
-                      calls: int, choice: str, fraction: float,
-                      confidence: float = CONFIDENCE) -> tuple[str, str, Estimate | None,
-                                                                 dict[str, Estimate]]:
+def judge_plan_choice(figure_sets: Sequence[tuple[Mapping[str, Sequence[float]],
+                                                Mapping[str, float]]],
+                      calls: int, choice: str, fraction: float
+                      ) -> tuple[str, str, float | None, dict[str, float]]:
     """Whether ``choice`` is a right way to run a job of ``calls`` calls: its modelled total
-    (:func:`job_totals`) is at least ``fraction`` of the best choice's (the smallest median
-    total), with the per-call intervals carried through (a conservative ratio: 'inconclusive'
-    when it straddles ``fraction``). Returns the verdict, the best choice, the ratio (best
-    total / yours; ``None`` when yours is the best) and every choice's total."""
-    totals = job_totals(samples, first_call_s, calls, confidence)
-    best = min(totals, key=lambda name: totals[name].median)
-    if choice == best:
-        return "pass", best, None, totals
-    est = _ratio(totals[best], totals[choice])
-    return est.versus(fraction), best, est, totals
+    (:func:`job_totals`) is at least ``fraction`` of the best choice's, judged on each of
+    ``figure_sets`` (``(samples, first_call_s)``: the figures jobs are priced with first, then
+    each repeated measurement of them). 'pass' when it is right on all of them, 'fail' when on
+    none, 'inconclusive' when the verdict changes within the measurement's spread. Returns the
+    verdict, the best choice, the ratio (best total / yours; ``None`` when yours is the best)
+    and every choice's total, on the first set."""
+    rights = []
+    for samples, first in figure_sets:
+        totals = job_totals(samples, first, calls)
+        best = min(totals, key=lambda name: totals[name])
+        rights.append(totals[best] >= fraction * totals[choice])
+    verdict = "pass" if all(rights) else "fail" if not any(rights) else "inconclusive"
+    totals = job_totals(*figure_sets[0], calls)
+    best = min(totals, key=lambda name: totals[name])
+    ratio = None if choice == best else totals[best] / totals[choice]
+    return verdict, best, ratio, totals
 
 
 def self_check_target(problem) -> SpeedTarget:

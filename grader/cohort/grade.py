@@ -207,7 +207,7 @@ def start_judges(run: Run) -> None:
     the first one's measured figures (ps3 q1) are handed to the others, so every submission of
     the run is judged on the same ones, and what building the references took it sets the
     subjects' deadlines (:attr:`grader.cohort.scoring.BuiltReferences.reference_s`)."""
-    from grader.cohort.scoring import BuiltReferences, build_references
+    from grader.cohort.scoring import BuiltReferences, build_references, yardstick
     from grader.isolation.judge_process import JudgeProcess
 
     todo = sorted({s.assignment for s in run.submissions
@@ -220,6 +220,8 @@ def start_judges(run: Run) -> None:
             made = BuiltReferences(built.get("seconds") or {}, built.get("measured_jobs") or {})
             run.reference_s[assignment] = made.reference_s
             _say_built(run, assignment, made, time.monotonic() - started)
+            for key, figures in sorted(made.measured_jobs.items()):
+                run.log(f"{key}: {yardstick(key, figures)}")
             run.references_seconds += time.monotonic() - started
         return
     if not todo:
@@ -241,6 +243,8 @@ def start_judges(run: Run) -> None:
             if slot == 0:   # built cold (the others compile from its cache): it sets the deadlines
                 run.reference_s[assignment] = built.reference_s
                 _say_built(run, assignment, built, time.monotonic() - started)
+                for key, figures in sorted(built.measured_jobs.items()):
+                    run.log(f"{key}: {yardstick(key, figures)}")
         run.references_seconds += time.monotonic() - started
 
 

@@ -10,7 +10,7 @@ import os
 from typing import NamedTuple
 
 from grader.cohort import files
-from grader.cohort.scoring import JudgedScores
+from grader.cohort.scoring import JudgedScores, yardstick
 
 
 class SpeedPoint(NamedTuple):
@@ -35,7 +35,8 @@ def collect(course: str, outcomes) -> dict:
     student and problem."""
     data: dict = collections.defaultdict(lambda: {"scores": [], "max": 0.0, "speedups": [],
                                                   "causes": collections.Counter(),
-                                                  "not_graded": [], "review": []})
+                                                  "not_graded": [], "review": [],
+                                                  "yardsticks": {}})
     for o in outcomes:
         sub = o.submission
         d = data[sub.assignment]
@@ -52,6 +53,9 @@ def collect(course: str, outcomes) -> dict:
                         for grade_id, c in sorted(cells.items()) if c.review]
         seen = set()
         for r in judged.problem_results() if judged else []:
+            job = r.checks.get("job")
+            if job is not None and isinstance(job.details.get("figures"), dict):
+                d["yardsticks"].setdefault(r.problem, job.details["figures"])
             speed = r.checks.get("speed")
             sp = speed.details.get("speedups", {}) if speed else {}
             if "learner" in sp and (sub.student, r.problem) not in seen:
@@ -191,6 +195,10 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
         parts.append(f"<h2>{html.escape(assignment)}</h2><p>{len(d['scores'])} submissions, "
                      f"mean {mean:.1f} of {d['max']:g} points.</p>")
         parts.append(f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
+        for key, figures in sorted(d["yardsticks"].items()):
+            parts.append(f"<p>{html.escape(key)}: the hidden jobs were judged on figures the "
+                         f"grader measured once for the run: {html.escape(yardstick(key, figures))}. "
+                         f"A job whose verdict changes within that spread is held for review.</p>")
         if d["causes"]:
             parts.append("<p>Most common graph-break causes: " + ", ".join(
                 f"{html.escape(c)} ({n})" for c, n in d["causes"].most_common()) + "</p>")

@@ -23,6 +23,7 @@ import json
 import time
 from typing import Callable
 
+from grader.checks.jobs import JobFigures
 from grader.checks.results import ProblemResult, Status
 from grader.isolation.check import CellScore, score_cell
 from grader.problems import GRAPH_CHECKS, get_problem, public_names, test_cells
@@ -148,6 +149,16 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     if not isinstance(reply, dict) or "built" not in reply:
         return BuiltReferences(error=str((reply or {}).get("error") or reply)[:500])
     return BuiltReferences(reply["built"], reply.get("measured_jobs") or {})
+
+
+def yardstick(key: str, figures: dict) -> str:
+    """A planning question's figures of the run (what every submission's hidden jobs are judged
+    on), in a line: the break-even, its spread over the rounds, how long measuring took."""
+    try:
+        measured = JobFigures.from_dict(figures, get_problem(key).plan.modes)
+    except (KeyError, ValueError) as exc:
+        return f"no usable figures ({exc})"
+    return f"{measured.summary()}; measured once for the run in {measured.seconds:.0f} s"
 
 
 def _scores(assignment: str, evaluations: dict) -> dict:

@@ -49,7 +49,6 @@ class Evaluation:
     problem: Problem
     result: dict
     printed: bool = False  # check() printed it already: displaying it again shows one line
-    figures_note: str = ""  # where a planning question's figures came from (self-check)
 
     @functools.cached_property
     def parsed(self) -> ProblemResult:
@@ -65,25 +64,18 @@ class Evaluation:
         return "speed" in self.parsed.checks and bool(
             self.parsed.checks["speed"].details.get("with_reference"))
 
-    def outcome(self, name: str, part: str | None = None) -> CheckOutcome:
-        """The check ``name``, or one ``part`` of it (a check that grades parts reports each:
-        ``TestCell.part``); a part that was not graded fails with the check's message."""
-        out = self.parsed.outcome(name)
-        if part is None:
-            return out
-        got = (out.get("parts") or {}).get(part)
-        if not isinstance(got, dict):
-            return CheckOutcome(False, out.message, "fail", {"credit": 0.0})
-        return CheckOutcome.from_dict(got)
+    def outcome(self, name: str) -> CheckOutcome:
+        """The check ``name``."""
+        return self.parsed.outcome(name)
 
     def ok(self, name: str) -> bool:
         return self.outcome(name).ok
 
-    def verdict(self, name: str, part: str | None = None) -> str:
-        return self.outcome(name, part).final_verdict
+    def verdict(self, name: str) -> str:
+        return self.outcome(name).final_verdict
 
-    def message(self, name: str, part: str | None = None) -> str:
-        out = self.outcome(name, part)
+    def message(self, name: str) -> str:
+        out = self.outcome(name)
         text = out.message
         hint = self.problem.hints.get(name)
         if not out.ok and hint and out.verdict != "inconclusive" and self.status == Status.OK \
@@ -99,8 +91,8 @@ class Evaluation:
         if self.verdict(name) not in ("pass", "inconclusive"):
             raise CheckFailed(self.failure(name))
 
-    def failure(self, name: str, part: str | None = None) -> str:
-        return f"{self.problem.key}: {self.title(name)} failed\n{self.message(name, part)}"
+    def failure(self, name: str) -> str:
+        return f"{self.problem.key}: {self.title(name)} failed\n{self.message(name)}"
 
     def points(self, name: str, max_points: float, inconclusive_credit: float = 0.0) -> float:
         """nbgrader partial credit: full for pass, ``inconclusive_credit`` x for inconclusive."""
@@ -112,10 +104,9 @@ class Evaluation:
             return "loss and gradients match the original"
         return CHECK_TITLES.get(name, name)
 
-    def line(self, name: str, part: str | None = None) -> str:
-        verdict = self.verdict(name, part).upper()
-        title = self.title(name) + (f" ({part})" if part else "")
-        return f"[{verdict}] {self.problem.key} {title}\n" + _indent(self.message(name, part))
+    def line(self, name: str) -> str:
+        verdict = self.verdict(name).upper()
+        return f"[{verdict}] {self.problem.key} {self.title(name)}\n" + _indent(self.message(name))
 
     def __str__(self) -> str:
         if self.status != Status.OK:
@@ -184,14 +175,13 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
     lines, failure, shown = [], "", set()
     for key, name in cell.checks:
         ev = evaluations[key]
-        part = cell.part if (key, name) == cell.scored else None
         if ev.status != Status.OK:
             if key not in shown:
                 shown.add(key)
                 lines.append(str(ev))
         elif (key, name) not in shown:
             shown.add((key, name))
-            lines.append(ev.line(name, part))
+            lines.append(ev.line(name))
     if any(evaluations[key].status == Status.GRADER_ERROR for key, _ in cell.checks):
         note = GRADER_FAILED_NOTE.format(max_points=float(cell.points))
         lines.append(f"[REVIEW] {note}")
@@ -207,9 +197,9 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
             failure = failure or ev.failure(name)
     if cell.scored:
         key, name = cell.scored
-        verdict = evaluations[key].verdict(name, cell.part)
+        verdict = evaluations[key].verdict(name)
         review = review or (met and verdict == "inconclusive")
-        share = evaluations[key].outcome(name, cell.part).get("credit") if cell.part else None
+        share = evaluations[key].outcome(name).get("credit")
         if not met:
             points = 0.0
         elif isinstance(share, (int, float)) and verdict != "pass":
@@ -217,7 +207,7 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         else:
             points = credit(verdict, cell.points, cell.inconclusive_credit)
         if not failure and points < cell.points and verdict != "inconclusive":
-            failure = evaluations[key].failure(name, cell.part)
+            failure = evaluations[key].failure(name)
     else:
         points = float(cell.points) if met and not review else \
             float(cell.points) * cell.inconclusive_credit if met else 0.0
@@ -226,7 +216,7 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         lines.append(f"[REVIEW] {note}")
         failure = failure or note
     passed = met and (cell.scored is None or evaluations[cell.scored[0]].verdict(
-        cell.scored[1], cell.part) != "fail")
+        cell.scored[1]) != "fail")
     return CellScore(cell.grade_id, points, float(cell.points), cell.scored is not None,
                      "\n".join(lines), failure, review and met, passed)
 
@@ -364,7 +354,7 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
              timeout_s: float | None = None, sandbox: str = "auto",
              problem_module: str | None = None, course_root: str | None = None,
              checks: Iterable[str] | None = None, cache: bool = True, isolation=None,
-             judge=None, screen: bool = True, saved_figures: bool = True) -> Evaluation:
+             judge=None, screen: bool = True, hidden_jobs: bool = False) -> Evaluation:
     """Grade ``key`` from the source of ``objects`` (or from ``cells``): a judge process runs the
     learner's code in a sandboxed subject and decides every verdict itself
     (:mod:`grader.isolation.judge`).
@@ -376,9 +366,10 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     (required) or 'off' (see :func:`grader.isolation.sandbox.probe`); ``isolation``: one already
     probed. ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run
     keeps one per worker; by default a new one is started). ``screen``: only the grader's own
-    tests turn the static check off, to attack what stands behind it. ``saved_figures``: a
-    planning question's figures (ps3 q1) measured by an earlier self-check on this machine are
-    used again (:mod:`grader.isolation.saved_figures`; ``False``: measure again).
+    tests turn the static check off, to attack what stands behind it. ``hidden_jobs``: judge a
+    planning question's hidden jobs (ps3 q1) here too; by default they are judged only when
+    grading, because their verdicts would tell a learner the break-even the question asks them
+    to measure (:class:`grader.problems.JobPlan`): the result says so instead.
     """
     from grader.isolation import static_check
 
@@ -389,57 +380,35 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     if refusals:  # said here at once; the judge screens again before anything runs
         return Evaluation(problem, {"status": Status.REFUSED, "problem": key,
                                     "message": static_check.describe(refusals)})
+    wanted = list(checks) if checks is not None else list(problem.checks)
+    held_back = problem.plan is not None and not hidden_jobs and "job" in wanted
+    if held_back:
+        wanted.remove("job")
     job = job_for([key], learner, reference=reference, device=device, budget_s=budget_s,
                   timeout_s=timeout_s, sandbox=sandbox, problem_module=problem_module,
                   course_root=course_root,
-                  checks={key: list(checks)} if checks is not None else None,
+                  checks={key: wanted} if checks is not None or held_back else None,
                   isolation=isolation, screen=screen)
-    use_saved = saved_figures and problem.plan is not None
-    saved = _saved_figures(problem, job) if use_saved else None
     digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
     if cache and digest in _RESULTS:
         return _RESULTS[digest]
-    evaluation = Evaluation(problem, run_job(job, judge)[key])
-    if use_saved:
-        evaluation = _keep_figures(evaluation, job["device"], saved)
+    result = run_job(job, judge)[key]
+    if held_back and result.get("status") == Status.OK:
+        result = dict(result, checks={**(result.get("checks") or {}),
+                                      "job": HIDDEN_JOBS_HELD_BACK.to_dict()})
+    evaluation = Evaluation(problem, result)
     if cache and evaluation.status not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
 
 
-def _saved_figures(problem: Problem, job: dict) -> dict | None:
-    """An earlier self-check's figures for ``problem`` on this machine, put in ``job`` for the
-    judge (which checks them again) instead of measuring ~50 s again."""
-    from grader.isolation import saved_figures
-
-    figures = saved_figures.load(problem.key, job["device"])
-    if figures is not None:
-        job["measured_jobs"] = {problem.key: figures}
-    return figures
-
-
-def _keep_figures(evaluation: Evaluation, device: str, saved: dict | None) -> Evaluation:
-    """Save the figures the judge measured for the next self-check, and say where they came from."""
-    import time
-
-    from grader.isolation import saved_figures
-
-    if saved is not None:
-        when = time.strftime("%H:%M", time.localtime(float(saved.get("measured_at", 0))))
-        note = (f"(the grader's figures for this machine were measured by a self-check at "
-                f"{when} and saved in {saved_figures.folder()}; delete that folder, or pass "
-                f"saved_figures=False, to measure again)")
-        return dataclasses.replace(evaluation, figures_note=note)
-    if evaluation.status != Status.OK:
-        return evaluation
-    outcome = evaluation.parsed.checks.get("job")
-    figures = outcome.details.get("figures") if outcome is not None else None
-    path = saved_figures.save(evaluation.problem.key, device, figures) if figures else None
-    if path is None:
-        return evaluation
-    return dataclasses.replace(evaluation, figures_note=(
-        f"(the grader's figures for this machine are saved in {path}: the next self-check "
-        f"uses them for {saved_figures.MAX_AGE_S // 3600} h instead of measuring again)"))
+# What a planning question's hidden-jobs check says outside grading (see evaluate).
+HIDDEN_JOBS_HELD_BACK = CheckOutcome(
+    False, "judged only when your notebook is graded: the hidden jobs lie 1.5 to 3 times below "
+           "and above the grading machine's break-even, which the grader measures there; judging "
+           "them here would tell you the break-even, which this question asks you to measure. "
+           "Measure it with the exploration cell and write your rule from your figures.",
+    "not judged here")
 
 
 def skip_while_grading() -> bool:
@@ -462,11 +431,6 @@ def check(key: str, *objects, **options) -> Evaluation:
     """Self-check: evaluate and print every verdict with its hint. Returns the evaluation."""
     evaluation = evaluate(key, *objects, **options)
     print(evaluation)
-    if evaluation.status == Status.OK and "job" in evaluation.parsed.checks:
-        print("(self-check: the hidden jobs were drawn around this machine's break-even; grading "
-              "draws fresh ones around the grading machine's, measured there)")
-    if evaluation.figures_note:
-        print(evaluation.figures_note)
     if evaluation.status == Status.OK and "speed" in evaluation.parsed.checks:
         if evaluation.with_reference:
             print("(speed measured against the reference solution in the same run)")

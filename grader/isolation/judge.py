@@ -44,6 +44,7 @@ submission across several files to see what decided a point.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -65,15 +66,15 @@ from grader.checks.phases import Phases
 from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.checks.wire import Packer, ProtocolError, decode
 from grader.isolation import channel, sandbox, static_check
-from grader.isolation.reference_side import (JobFigures, ReferenceSide, timed_version,
-                                             traced_inputs)
+from grader.checks.jobs import JobFigures
+from grader.isolation.reference_side import ReferenceSide, timed_version, traced_inputs
 from grader.isolation.source import Cell
 from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, GraderFailed, LearnerRaised,
                                               SubjectGone, SubjectSession, learner_text)
 from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 
 DEFAULT_TIMEOUT_S = 300.0
-CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
+CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed")
 # What the learner reads when the grader itself failed (the traceback goes to the instructor).
 GRADER_FAILED = ("the grader itself failed while checking this problem ({what}): this is not a "
                  "verdict on your code; it is flagged for your instructor, who will grade it "
@@ -159,11 +160,11 @@ class Judge:
         seconds, measured = {}, {}
         for key in job["problems"]:
             cells = [Cell.from_dict(c) for c in (job.get("reference_cells") or {}).get(key) or []]
-            side = self.side(get_problem(key, module), cells or None, device, module,
-                             job.get("measured_jobs"))
+            problem = get_problem(key, module)
+            side = self.side(problem, cells or None, device, module, job.get("measured_jobs"))
+            if problem.plan is not None:   # measured now, before the first submission
+                measured[key] = side.job_figures().to_dict()
             seconds[key] = round(side.seconds, 2)
-            if side.jobs is not None:
-                measured[key] = side.jobs.to_dict()
         return {"built": seconds, "measured_jobs": measured}
 
     # -- one job --------------------------------------------------------------------------------
@@ -189,6 +190,9 @@ class Judge:
                    for k in problems}
         sides = {k: self.side(p, refs.get(k), device, module, job.get("measured_jobs"))
                  for k, p in problems.items()}
+        for k, p in problems.items():   # measured before any learner code runs, if not given
+            if p.plan is not None and "job" in wanted[k]:
+                sides[k].job_figures()
         lap("reference side")
 
         # 1. The screen (defence in depth).
@@ -299,7 +303,8 @@ class Judge:
                 ev.status, ev.message = "learner_error", str(exc)
                 continue
             if problem.plan is not None:
-                self._ask_plan(subject, problem, sides[key], device, ev)
+                self._ask_plan(subject, problem, sides[key], device, ev,
+                               "job" in wanted[key])
                 lap("plan")
                 continue
             # Every class of inputs the problem tests, shapes drawn for this job only.
@@ -578,6 +583,8 @@ class Judge:
         if "compiled" in wanted:
             out["compiled"] = compiled_check()
             lap("check compiled")
+        if "operators" in wanted:
+            out["operators"] = _operator_check(problem, graph)
         if "fusion" in wanted:
             out["fusion"] = self._fusion(problem, graph, ev, device)
             lap("check fusion")
@@ -653,16 +660,19 @@ class Judge:
     # -- a planning question (grader.problems.JobPlan) ----------------------------------------
     @staticmethod
     def _ask_plan(subject: SubjectSession, problem: Problem, side: ReferenceSide, device: str,
-                  ev: Evidence) -> None:
-        """Ask the learner's rule about the examples, the hidden jobs and the decoys (shuffled);
-        keep its answers, each checked against the plan's modes."""
+                  ev: Evidence, judge_jobs: bool) -> None:
+        """Ask the learner's rule about the examples, a grid of sizes and, when the hidden jobs
+        are judged (``judge_jobs``), the hidden jobs and the decoys, all shuffled; keep its
+        answers, each checked against the plan's modes."""
         plan = problem.plan
         rng = random.Random(correctness.fresh_seeds(1)[0])
-        hidden = hidden_job_sizes(plan, side.jobs.break_even, rng)
-        centre = side.jobs.break_even or math.sqrt(plan.fallback[0] * plan.fallback[1])
-        centre *= 10 ** rng.uniform(-1.0, 1.0)
-        decoys = [_log_uniform(rng, centre / 100, centre * 100) for _ in range(plan.decoys)]
-        sizes = list(dict.fromkeys([*plan.examples, *(n for _, n in hidden), *decoys]))
+        hidden, decoys = [], []
+        if judge_jobs:
+            break_even = side.job_figures().break_even
+            hidden = hidden_job_sizes(plan, break_even, rng)
+            decoys = decoy_job_sizes(plan, break_even, rng)
+        sizes = list(dict.fromkeys([*plan.examples, *PROBE_SIZES, *(n for _, n in hidden),
+                                    *decoys]))
         rng.shuffle(sizes)
         kind = torch.device(device).type
         reply, _ = subject.request({"op": "plan", "problem": problem.key, "sizes": sizes,
@@ -684,6 +694,7 @@ class Judge:
                 return
         answers = dict(zip(sizes, modes))
         ev.plan = {"device": kind, "examples": {n: answers[n] for n in plan.examples},
+                   "answers": sorted(answers.items()),
                    "hidden": [(part, n, answers[n]) for part, n in hidden]}
 
     @staticmethod
@@ -691,59 +702,61 @@ class Judge:
         shown = ", ".join(f"{n:,} calls -> {m!r}" for n, m in ev.plan["examples"].items())
         return CheckOutcome(True, f"{problem.entry}.{problem.plan.method} answered one of "
                                   f"{problem.plan.modes} for every job size it was asked about "
-                                  f"on {ev.plan['device']!r} (the examples: {shown})")
+                                  f"on {ev.plan['device']!r} ({len(ev.plan['answers'])} sizes; "
+                                  f"the examples: {shown})\nwhat it answers: "
+                                  f"{_answers_by_size(ev.plan['answers'])}")
 
     @staticmethod
     def _jobs(problem: Problem, side: ReferenceSide, ev: Evidence) -> CheckOutcome:
         """The rule's choice for each hidden job, judged on the modelled totals from the
-        figures this process measured (nothing the subject said but the mode strings)."""
-        plan, figures = problem.plan, side.jobs
+        figures this run's judge measured (nothing the subject said but the mode strings), on
+        their own and on each round's: one share of the credit per pair of jobs (one below the
+        break-even, one above it) that are both right."""
+        plan, figures = problem.plan, side.job_figures()
+        break_even = figures.break_even
         head = [f"measured by the grader on this machine ({ev.plan['device']}), once per "
                 f"grading run: each way of running the given model, its cold first call "
-                f"(compile included) and its time per call"]
-        head += figures.table()
-        if figures.break_even is None:
+                f"(compile included) and its time per call; {figures.how()}", *figures.table()]
+        if break_even is None:
             head.append(f"  no compile mode is faster per call than eager here: every job is "
                         f"run best without compiling (job sizes drawn across "
-                        f"{plan.fallback[0]:,}..{plan.fallback[1]:,}, the smaller half as the "
-                        f"short jobs)")
+                        f"{plan.fallback[0]:,}..{plan.fallback[1]:,})")
         else:
-            head.append(f"  break-even: compiling pays after {figures.break_even:,.0f} calls "
-                        f"(mode {figures.best_mode!r}); a choice is right when its job total is "
-                        f"at least {plan.fraction:.0%} of the best choice's")
-        parts: dict[str, dict] = {}
+            head.append(f"  break-even: {figures.summary()}")
+        head.append(f"  a choice is right when its job total (first call + calls x time per "
+                    f"call) is at least {plan.fraction:.0%} of the best choice's, on these "
+                    f"figures and on each round's own; a job whose verdict changes from one "
+                    f"round's figures to another's is undecided (held for review), not wrong")
+        sets = figures.figure_sets()
+        judged = {"short": [], "long": []}
         jobs = []
         for part, calls, choice in ev.plan["hidden"]:
-            verdict, best, ratio, totals = targets.judge_plan_choice(
-                figures.samples, figures.first_call_s, calls, choice, plan.fraction)
+            verdict, best, ratio, totals = targets.judge_plan_choice(sets, calls, choice,
+                                                                     plan.fraction)
+            where = f" ({calls / break_even:.2g}x the break-even)" if break_even else ""
             word = {"pass": "RIGHT", "fail": "WRONG"}.get(verdict, "UNDECIDED")
-            line = (f"  job of {calls:,} calls: your rule chose {choice!r} "
-                    f"({totals[choice].median:.2f} s) -> {word}; the best is {best!r} "
-                    f"({totals[best].median:.2f} s)"
-                    + (f", best / yours = {ratio}" if ratio is not None else ""))
-            line += "\n    totals: " + ", ".join(f"{m} {t.median:.2f} s" for m, t in totals.items())
+            line = (f"    job of {calls:,} calls{where}: your rule chose {choice!r} "
+                    f"({totals[choice]:.2f} s) -> {word}")
+            if verdict != "pass":
+                line += f": {_job_direction(figures.eager, choice, best, totals, verdict)}"
+            judged[part].append((verdict, line))
             jobs.append({"part": part, "calls": calls, "choice": choice, "best": best,
-                         "verdict": verdict,
-                         "totals_s": {m: t.median for m, t in totals.items()}})
-            parts.setdefault(part, {"lines": [], "verdicts": []})
-            parts[part]["lines"].append(line)
-            parts[part]["verdicts"].append(verdict)
-        titles = {"short": "jobs below the break-even", "long": "jobs above the break-even"} \
-            if figures.break_even is not None else {}
-        out_parts, all_verdicts = {}, []
-        for part, got in parts.items():
-            verdicts = got["verdicts"]
-            all_verdicts += verdicts
-            verdict = _overall_verdict(verdicts)
-            right = verdicts.count("pass")
-            message = "\n".join([*head, f"{titles.get(part, part)}: {right} of {len(verdicts)} "
-                                        f"right", *got["lines"]])
-            out_parts[part] = {"ok": verdict == "pass", "verdict": verdict, "message": message,
-                               "credit": right / len(verdicts)}
-        verdict = _overall_verdict(all_verdicts)
-        message = "\n".join([*head, *(line for p in parts.values() for line in p["lines"])])
-        return CheckOutcome(verdict == "pass", message, verdict, {
-            "parts": out_parts, "jobs": jobs, "figures": figures.to_dict()})
+                         "verdict": verdict, "ratio": ratio, "totals_s": totals})
+        lines, pair_verdicts = [], []
+        for i, (low, high) in enumerate(zip(judged["short"], judged["long"]), start=1):
+            verdict = _overall_verdict([low[0], high[0]])
+            pair_verdicts.append(verdict)
+            lines += [f"  pair {i}: {verdict.upper() if verdict != 'inconclusive' else 'UNDECIDED'}",
+                      low[1], high[1]]
+        right = pair_verdicts.count("pass")
+        verdict = _overall_verdict(pair_verdicts)
+        said = (f"pairs right: {right} of {len(pair_verdicts)} (one share per pair: a job below "
+                f"the break-even and one above it, both right)" if break_even is not None else
+                f"pairs right: {right} of {len(pair_verdicts)} (one share per pair of jobs, both "
+                f"right)")
+        return CheckOutcome(verdict == "pass", "\n".join([*head, said, *lines]), verdict, {
+            "credit": right / max(1, len(pair_verdicts)), "jobs": jobs,
+            "figures": figures.to_dict()})
 
 
 NOT_CORRECT = ("not checked: every check but correctness is credited only to code that computes "
@@ -862,28 +875,74 @@ def _usage_failure(problem: Problem, ev: Evidence) -> str:
 
 
 def _overall_verdict(verdicts: list[str]) -> str:
-    if "fail" in verdicts:
-        return "fail"
-    return "pass" if all(v == "pass" for v in verdicts) else "inconclusive"
+    """'pass' when every verdict passed; 'inconclusive' when one could not be decided (a person
+    looks: it may have been right); else 'fail'."""
+    if "inconclusive" in verdicts:
+        return "inconclusive"
+    return "pass" if all(v == "pass" for v in verdicts) else "fail"
+
+
+def _job_direction(eager: str, choice: str, best: str, totals: dict, verdict: str) -> str:
+    """Which way the rule went wrong on a job (the direction, not the answer)."""
+    if verdict == "inconclusive":
+        return ("the rounds' figures disagree about this job (it is within the spread of the "
+                "break-even): held for review")
+    if choice == eager:
+        return (f"compiling pays at this size ({best!r}: {totals[best]:.2f} s): your rule "
+                f"compiles too late")
+    if best == eager:
+        return (f"the compile does not pay back at this size (not compiling: "
+                f"{totals[best]:.2f} s): your rule compiles too early")
+    return (f"{best!r} takes {totals[best]:.2f} s: at this size {choice!r} costs more than it "
+            f"saves")
+
+
+def _answers_by_size(answers: list) -> str:
+    """A rule's answers over the sizes it was asked about, as runs of the same answer."""
+    runs: list[list] = []
+    for calls, mode in answers:
+        if runs and runs[-1][0] == mode:
+            runs[-1][2] = calls
+        else:
+            runs.append([mode, calls, calls])
+    text = "; ".join(f"{mode!r} for {low:,}..{high:,} calls" for mode, low, high in runs[:8])
+    return text + (f"; ... ({len(runs)} runs in all)" if len(runs) > 8 else "")
 
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> int:
     return max(1, int(round(math.exp(rng.uniform(math.log(low), math.log(high))))))
 
 
+# The sizes every rule is asked about besides the hidden jobs: four a decade from 10 to 10^8.
+PROBE_SIZES = tuple(int(round(10 ** (k / 4))) for k in range(4, 33))
+
+
 def hidden_job_sizes(plan, break_even: float | None, rng: random.Random) -> list[tuple[str, int]]:
-    """A planning question's hidden jobs, ``(part, calls)``: ``plan.per_side`` sizes drawn
-    log-uniformly in ``[B/far, B/near]`` ("short") and as many in ``[near*B, far*B]``
-    ("long"), ``B`` this machine's break-even. Where compiling never pays (``B`` is ``None``),
-    every size is drawn across ``plan.fallback``, the smaller half "short", the larger "long"
-    (not compiling is then right for each)."""
-    n = plan.per_side
+    """A planning question's hidden jobs, ``(part, calls)``: ``plan.pairs`` sizes drawn
+    log-uniformly in ``[B/far, B/near]`` ("short") and as many in ``[near*B, far*B]`` ("long"),
+    ``B`` this machine's break-even; the i-th of each make a pair. Where compiling never pays
+    (``B`` is ``None``), every size is drawn across ``plan.fallback``, the smaller half "short",
+    the larger "long" (not compiling is then right for each)."""
+    n = plan.pairs
     if break_even is None:
         sizes = sorted(_log_uniform(rng, *plan.fallback) for _ in range(2 * n))
         return [("short", c) for c in sizes[:n]] + [("long", c) for c in sizes[n:]]
     b = break_even
     return ([("short", _log_uniform(rng, b / plan.far, b / plan.near)) for _ in range(n)]
             + [("long", _log_uniform(rng, b * plan.near, b * plan.far)) for _ in range(n)])
+
+
+def decoy_job_sizes(plan, break_even: float | None, rng: random.Random) -> list[int]:
+    """``plan.decoys`` sets of sizes drawn as the hidden jobs are, each around a false
+    break-even 3 to 30 times above or below the real one: sizes clustered like the hidden ones,
+    so that a rule which sees every size cannot tell which cluster is graded."""
+    centre = break_even or math.sqrt(plan.fallback[0] * plan.fallback[1])
+    sizes = []
+    for _ in range(plan.decoys):
+        away = 10 ** rng.uniform(math.log10(3), math.log10(30))
+        false = centre * away if rng.random() < 0.5 else centre / away
+        sizes += [n for _, n in hidden_job_sizes(plan, false, rng)]
+    return sizes
 
 
 def _stop(result: ProblemResult, status, message: str) -> None:
@@ -960,6 +1019,29 @@ def _work_check(problem: Problem, side: ReferenceSide, graph: GraphCheck) -> str
                 f"{problem.max_work_ratio:g}x the reference's {theirs:,}: a cached step computes "
                 f"one position per layer and reads the cache, it does not recompute the sequence")
     return ""
+
+
+def _operator_check(problem: Problem, graph: GraphCheck) -> CheckOutcome:
+    """The ATen operators of the learner's graph (rebuilt by the judge), against the problem's
+    ``max_operators``: a Python loop over rows puts a copy of its body in the graph per row."""
+    if not graph.ok:
+        return CheckOutcome(False, f"operators not counted: they are counted on the one graph "
+                                   f"your code compiles to, and it {graph.headline}")
+    counts = collections.Counter(
+        str(node.target) for node in graph.module.graph_module.graph.nodes
+        if node.op == "call_function" and str(node.target).startswith("aten."))
+    total, limit = sum(counts.values()), problem.max_operators
+    most = ", ".join(f"{name.rsplit('.', 1)[0]} x{n}" for name, n in counts.most_common(4))
+    details = {"operators": total, "max_operators": limit, "counts": dict(counts)}
+    if total <= limit:
+        return CheckOutcome(True, f"your graph holds {total} ATen operators (at most {limit}: "
+                                  f"{most})", details=details)
+    return CheckOutcome(False, f"your graph holds {total} ATen operators, more than the {limit} "
+                               f"this problem allows ({most}): a Python loop puts a copy of its "
+                               f"body into the graph for every iteration it runs, even where the "
+                               f"graph compiles only once (a loop over a fixed, padded number of "
+                               f"rows); the lesson is one computation for the whole batch",
+                        details=details)
 
 
 def _breaks(ev: Evidence) -> list[dict]:

@@ -4,8 +4,8 @@ process (which never runs learner code) once per process and shared by every sub
 :class:`ReferenceSide` holds a problem's baseline model and the instructor's reference solution,
 captured, shipped and rebuilt exactly as a learner's graph is (:func:`_ship`), then compiled; for
 a planning question (ps3 q1) instead the figures its hidden jobs are judged on
-(:class:`JobFigures`, :func:`measure_jobs`: every mode's cold first call and time per call,
-measured once per run and handed to the run's other judges).
+(:class:`grader.checks.jobs.JobFigures`, :func:`measure_jobs`: every mode's cold first call and
+time per call, measured once per run, when first needed, and handed to the run's other judges).
 """
 from __future__ import annotations
 
@@ -16,13 +16,12 @@ import time
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks import graph_artifact, targets, timing
+from grader.checks import graph_artifact, jobs, timing
+from grader.checks.jobs import JobFigures
 from grader.checks.wire import Packer
 from grader.isolation.source import Cell
 from grader.problems import NO_COMPILE, Problem, seeded_generator
 
-JOB_TRIALS = 21
-COLD_ROUNDS = 3   # cold first calls measured per mode of a planning question (the least is kept)
 # A learner's graph may have this many times the reference graph's operators and hold this many
 # times the bytes it holds at once (ReferenceSide.graph_budget), and never less than the minimum:
 # room for a clumsy but honest rewrite, none for a graph made to hold the judge up.
@@ -58,85 +57,22 @@ def _ship(captured: graph_artifact.Captured) -> tuple[dict, bytes]:
     return header, packer.blob()
 
 
-@dataclasses.dataclass
-class JobFigures:
-    """What each way of running a planning question's model costs on this machine, measured by
-    the judge (:func:`measure_jobs`): the cold first call of each mode (compile included, in a
-    fresh compiler cache) and its seconds per call over interleaved trials; the break-even they
-    give (``None``: no compile mode is faster per call than eager here)."""
-
-    first_call_s: dict
-    samples: dict
-    break_even: float | None
-    best_mode: str | None
-    seconds: float = 0.0
-
-    def per_call(self, mode: str) -> float:
-        return timing.Estimate.of(self.samples[mode]).median
-
-    def table(self) -> list[str]:
-        lines = [f"  {'mode':<28}{'first call s':>13}{'us/call':>10}"]
-        for mode in self.samples:
-            lines.append(f"  {mode:<28}{self.first_call_s[mode]:>13.2f}"
-                         f"{self.per_call(mode) * 1e6:>10.1f}")
-        return lines
-
-    def to_dict(self) -> dict:
-        return {"first_call_s": dict(self.first_call_s), "samples": dict(self.samples),
-                "break_even": self.break_even, "best_mode": self.best_mode,
-                "seconds": round(self.seconds, 2)}
-
-    @classmethod
-    def from_dict(cls, data: dict, modes) -> "JobFigures":
-        """Figures another judge of the run measured (:meth:`to_dict`), checked to be figures
-        for exactly ``modes``: a ``ValueError`` otherwise."""
-        try:
-            first = {m: float(data["first_call_s"][m]) for m in modes}
-            samples = {m: [float(x) for x in data["samples"][m]] for m in modes}
-            calls = None if data["break_even"] is None else float(data["break_even"])
-            best = data["best_mode"]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"job figures without every mode's numbers: {exc!r}") from exc
-        if set(data["first_call_s"]) != set(modes) or set(data["samples"]) != set(modes) \
-                or not all(samples.values()) or (best is not None and best not in modes):
-            raise ValueError(f"job figures for other modes than {list(modes)}")
-        return cls(first, samples, calls, best, float(data.get("seconds") or 0.0))
-
-
 def measure_jobs(problem: Problem, device: str) -> JobFigures:
     """The figures a planning question is judged on (:class:`grader.problems.JobPlan`): the
-    given model run each way in ``problem.plan.modes``, in this process (no learner code)."""
-    started = time.monotonic()
+    given model run each way in ``problem.plan.modes`` as a job calls it (compiled with
+    ``fullgraph=True``, a fresh code object each time, so that every compile is a first one), in
+    this process (no learner code), measured as :func:`grader.checks.jobs.measure` says."""
     pool = [problem.make_inputs(seeded_generator(s), device) for s in range(problem.pool_size)]
-    with ti.quiet_torch_logs():
-        # One compile first, thrown away: the first compile in a process also loads and sets
-        # up Inductor, which would be charged to whichever mode came first.
-        with ti.fresh_inductor_cache():
-            warm = timed_version(problem.make_baseline(device), problem, {"mode": "default"})
-            timing.first_call_seconds(warm, pool[0], device)
-        # Each mode's cold first call, COLD_ROUNDS times in an order that turns round, keeping
-        # the least: one compile slowed by the machine's other work would make an equal mode
-        # look worse (on a CPU the four compile modes compile alike).
-        fns, first = {}, {}
-        modes = list(problem.plan.modes)
-        for round_ in range(COLD_ROUNDS):
-            for mode in timing.interleave_order(modes, round_ * len(modes)):
-                fns[mode] = timed_version(problem.make_baseline(device), problem, {"mode": mode})
-                with ti.fresh_inductor_cache():  # cold, as in a fresh process
-                    seconds = timing.first_call_seconds(fns[mode], pool[0], device)
-                first[mode] = min(seconds, first.get(mode, seconds))
-        first = {mode: first[mode] for mode in modes}
-        comp = timing.compare(fns, pool, baseline=NO_COMPILE, device=device, trials=JOB_TRIALS)
-    samples = {mode: list(comp.seconds[mode]) for mode in comp.names}
-    calls, best = targets.break_even(samples, first, NO_COMPILE)
-    return JobFigures(first, samples, calls, best, time.monotonic() - started)
+    return jobs.measure(
+        lambda mode: timed_version(problem.make_baseline(device), problem, {"mode": mode}),
+        pool, problem.plan.modes, eager=NO_COMPILE, device=device)
 
 
 @dataclasses.dataclass
 class ReferenceSide:
     """A problem's baseline and the instructor's reference, in the judge's process: built once
     (:meth:`build`) and shared by every submission the process grades. For a planning question,
-    the figures its hidden jobs are judged on instead (``jobs``: :func:`measure_jobs`)."""
+    the figures its hidden jobs are judged on instead (:meth:`job_figures`)."""
 
     problem: Problem
     device: str
@@ -165,15 +101,15 @@ class ReferenceSide:
     def build(cls, problem: Problem, reference_cells: list[Cell] | None, device: str,
               problem_module: str | None, jobs: JobFigures | None = None) -> "ReferenceSide":
         """``jobs``: a planning question's figures as another judge of the run measured them
-        (every submission of a run is then judged on the same figures); measured here without."""
+        (every submission of a run is then judged on the same figures); without them they are
+        measured here when first needed (:meth:`job_figures`)."""
         started = time.monotonic()
         with torch.no_grad():
             base_model = problem.make_baseline(device)
         base_eager = problem.graded_call(base_model)
         base_timed = base_eager
         if problem.plan is not None:
-            side = cls(problem, device, base_model, base_eager, base_timed,
-                       jobs=jobs or measure_jobs(problem, device))
+            side = cls(problem, device, base_model, base_eager, base_timed, jobs=jobs)
             side.seconds = time.monotonic() - started
             return side
         timed = "speed" in problem.checks
@@ -189,6 +125,14 @@ class ReferenceSide:
                 side._build_reference(reference_cells, problem_module, pool, timed)
         side.seconds = time.monotonic() - started
         return side
+
+    def job_figures(self) -> JobFigures:
+        """A planning question's figures: given to :meth:`build`, or measured now, once (about
+        half a minute on a CPU: only a job that judges hidden jobs asks for them)."""
+        if self.jobs is None:
+            self.jobs = measure_jobs(self.problem, self.device)
+            self.seconds += self.jobs.seconds
+        return self.jobs
 
     def _build_reference(self, cells: list[Cell], problem_module: str | None, pool,
                          timed: bool) -> None:

@@ -19,7 +19,7 @@ from grader.checks.targets import SpeedTarget
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"
 # Checks for which the judge has the subject capture the learner's graph.
-GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "speed")
+GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed")
 # How many calls the problem makes of the learner's compiled model, as it is used (the judge has
 # the subject make them, ``fullgraph=True``, from a fresh model's first call): a graph break or a
 # recompile on call 1, 101 or 201 is one.
@@ -34,33 +34,41 @@ class JobPlan:
     inputs, in a fresh process. It is graded on jobs the learner cannot try
     (:meth:`grader.isolation.judge.Judge.grade`, checks ``rule`` and ``job``):
 
-    - the judge measures, once per judge process and never in the subject, each mode's cold
-      first call (a fresh compiler cache; the least of three) and its time per call (interleaved
-      samples), and from
-      them this machine's break-even ``B``: the fewest calls after which some compile mode's
-      total (first call + calls x time per call) beats eager's;
-    - for each submission it draws ``per_side`` job sizes log-uniformly in ``[B/far, B/near]``
-      (the ``short`` part) and as many in ``[near*B, far*B]`` (the ``long`` part) from fresh
-      seeds, or, where no compile mode is faster per call than eager, across ``fallback`` (every
-      right answer is then ``"none"``);
-    - it sends them to the subject with the ``examples`` (the sizes the notebook names) and
-      ``decoys`` more sizes drawn around a random centre, shuffled, so that a rule which sees
-      every size cannot tell which are graded; only the mode strings come back, each checked
-      against ``modes``;
-    - a choice is right when its modelled total is at least ``fraction`` of the best mode's
-      total (``grader.checks.targets.judge_plan_choice``, with the per-call confidence
-      interval carried through).
+    - the judge measures, once per run and never in the subject, each mode's cold first call and
+      its time per call, in rounds (:func:`grader.checks.jobs.measure`: the least of the rounds'
+      cold compiles, the median of every interleaved trial, one core on a CPU), and from them
+      this machine's break-even ``B``: the fewest calls after which some compile mode's total
+      (first call + calls x time per call) beats eager's; each round's own figures give one
+      break-even, and the rounds' least and greatest are ``B``'s spread;
+    - for each submission it draws ``pairs`` pairs of job sizes from fresh seeds, log-uniformly,
+      one in ``[B/far, B/near]`` (below the break-even) and one in ``[near*B, far*B]`` (above),
+      or, where no compile mode is faster per call than eager, across ``fallback`` (every right
+      answer is then ``"none"``);
+    - it sends them to the subject with the ``examples`` (the sizes the notebook names), a grid
+      of sizes from 10 to 10^8, and ``decoys`` more sets of pairs drawn the same way around false
+      break-evens 3 to 30 times away, shuffled, so that a rule which sees every size cannot tell
+      which are graded; only the mode strings come back, each checked against ``modes``;
+    - a choice is right when its modelled total is at least ``fraction`` of the best choice's,
+      on the figures and on each round's own (``grader.checks.targets.judge_plan_choice``): a
+      job whose verdict changes from one round's figures to another's is inconclusive (held for
+      review), not wrong; a pair earns its share when both of its jobs are right, so a rule
+      that answers the same for every size earns nothing.
+
+    The hidden jobs are judged only when grading (``make grade``, Gradescope, the instructor's
+    ``grader.cli check``): a self-check asks the rule about the examples and the grid and says
+    what it answers, because judging hidden jobs there would tell the learner ``B``, which the
+    question asks them to measure.
     """
 
     modes: tuple[str, ...]
     method: str = "mode_for"
     examples: tuple[int, ...] = ()
-    per_side: int = 2
-    near: float = 4.0
-    far: float = 30.0
+    pairs: int = 5
+    near: float = 1.5
+    far: float = 3.0
     fallback: tuple[int, int] = (10 ** 3, 10 ** 6)
-    decoys: int = 12
-    fraction: float = 0.8
+    decoys: int = 3
+    fraction: float = 0.9
 
 
 @dataclasses.dataclass
@@ -84,8 +92,8 @@ class Problem:
       credited to one graph only, so no Python-side shortcut in ``forward`` can be timed.
     - ``plan``: a planning question (:class:`JobPlan`): the entry is a rule that chooses how to
       run a job, not a model; its checks are ``rule`` (it answers one of the modes for every
-      size it is asked about) and ``job`` (its choices on hidden jobs, in two parts, ``short``
-      and ``long``, that test cells score separately: ``TestCell.part``).
+      size it is asked about) and ``job`` (its choices on hidden jobs: ``credit`` is the share of
+      pairs it got right, which the test cell scoring it earns).
     - ``training``: the graded call is a training step (:func:`training_step`: forward, which
       returns the loss, then backward; the loss and every parameter's gradient are compared and
       timed), not an inference call under ``torch.no_grad()``. The model is built in train mode
@@ -100,6 +108,9 @@ class Problem:
       choice only as data from this list.
     - ``refused_operators``: ATen operators (``"aten.group_norm"``) a graph of this problem may
       not use, with the reason the learner reads: a library call that would skip the lesson.
+    - ``max_operators``: the ``operators`` check's bound: the learner's captured graph may hold at
+      most this many ATen operators (a Python loop over rows unrolls into a copy of its body per
+      row, even where it compiles once).
     - ``max_work_ratio``: the learner's graph may do at most this many times the FLOPs of the
       reference's graph per call, on every one of ``work_inputs(device)`` (and no more on the
       last than on the first: work that grows with the position is not a cached step).
@@ -140,6 +151,7 @@ class Problem:
     compile_options: Callable[[Any], dict] | None = None
     target: SpeedTarget = dataclasses.field(default_factory=SpeedTarget)
     max_kernels: int | None = None
+    max_operators: int | None = None
     recompile_inputs: Callable[[str], list[tuple]] | None = None
     max_compiles: int = 1
     pool_size: int = 4
@@ -165,6 +177,8 @@ class Problem:
         unknown = set(self.checks) - set(CHECKS)
         if unknown:
             raise ValueError(f"{self.key}: unknown checks {sorted(unknown)}; known: {CHECKS}")
+        if "operators" in self.checks and self.max_operators is None:
+            raise ValueError(f"{self.key}: the 'operators' check needs max_operators")
         if "compiled" in self.checks and not set(self.checks) & set(GRAPH_CHECKS):
             raise ValueError(f"{self.key}: the 'compiled' check is decided on the captured graph: "
                              f"ask for one of {GRAPH_CHECKS} too")
@@ -220,10 +234,8 @@ class TestCell:
     - ``scored``: the ``(problem key, check)`` whose verdict gives partial credit (full for
       pass, ``inconclusive_credit`` of the points for inconclusive, none for fail), once
       ``requires`` hold; without it the cell is all or nothing.
-    - ``part``: the part of the scored check this cell is scored on (a check that grades
-      several parts, as the ``job`` check of a :class:`JobPlan` does, reports each part's
-      verdict, message and ``credit``, the share of its items it got right): the cell earns
-      ``credit`` x its points (one share per hidden job), and shows that part only.
+      A scored check that reports ``credit`` (the share of its items it got right, as the
+      ``job`` check of a :class:`JobPlan` does) earns the cell ``credit`` x its points.
     """
 
     grade_id: str
@@ -231,7 +243,6 @@ class TestCell:
     requires: tuple[tuple[str, str], ...] = ()
     scored: tuple[str, str] | None = None
     inconclusive_credit: float = 0.0
-    part: str | None = None
 
     @property
     def problems(self) -> list[str]:

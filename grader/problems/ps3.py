@@ -5,14 +5,21 @@ q1. ``TinyMLP`` at batch size 2 is launch bound: per-op overhead, not arithmetic
     learner writes a rule, ``JobPlanner.mode_for(calls, device)``, that returns how to run such
     a job (one of ``MODES``: ``"none"`` for eager, or a ``torch.compile`` mode): compiling pays
     when ``calls x (eager per call - compiled per call) > compile time``, figures the learner
-    measures in the exploration cell. The rule is graded on jobs the learner cannot try
-    (:class:`grader.problems.JobPlan`): sizes drawn fresh for each submission, well below and
-    well above the grading machine's own break-even, each choice judged on its modelled total
-    from figures the judge measured itself. The written answer (graded by hand) gives a
-    prediction with its reason before the measurement, then the figures and the rule.
+    measures in the exploration cell (:func:`grader.checks.jobs.measure_modes`, the judge's own
+    measurement). The rule is graded on jobs the learner cannot try
+    (:class:`grader.problems.JobPlan`): pairs of sizes drawn fresh for each submission, 1.5 to 3
+    times below and above the grading machine's own break-even, each choice judged on its
+    modelled total from figures the judge measured itself; a rule earns a pair only when it is
+    right on both sides, which a rule without measured figures is not. The examples the
+    notebook names are both well below the break-even, so they give no threshold away. The
+    written answer (graded by hand) gives a prediction with its reason before the measurement,
+    then the figures and the rule.
 q2. ``PerSampleScorer`` loops over the batch in Python, so Dynamo specialises the graph to each
     batch size and recompiles, even with ``dynamic=True``. The learner's ``BatchScorer`` must
-    compile once for every batch size 2..64 under ``torch.compile(model, dynamic=True)``.
+    compile once for every batch size 2..64 under ``torch.compile(model, dynamic=True)``, with
+    one batched computation: the ``operators`` check bounds the ATen operators of its graph, so
+    padding to 64 rows and keeping the per-row loop (one compile, 64 copies of the body) does
+    not pass.
 """
 import torch
 from torch import nn
@@ -24,9 +31,10 @@ __all__ = ["TinyMLP", "PerSampleScorer", "MODES", "EXAMPLE_JOB_CALLS", "make_mlp
            "make_scorer_inputs", "example_mlp_inputs", "example_scorer_inputs", "torch", "nn", "F"]
 
 MODES = (NO_COMPILE, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# The two jobs q1's prediction asks about (the graded jobs are drawn around the grading
-# machine's own break-even, for each submission).
-EXAMPLE_JOB_CALLS = (2_000, 200_000)
+# The two jobs q1's prediction asks about: both well below the break-even measured on a CPU (tens
+# of thousands of calls), so that no threshold between them is a right answer (the graded jobs
+# are drawn around the grading machine's own break-even, for each submission).
+EXAMPLE_JOB_CALLS = (500, 5_000)
 MLP_D = 64
 MLP_LAYERS = 8
 MLP_BATCH = 2
@@ -100,9 +108,11 @@ Q1_HINTS = {
     "rule": "JobPlanner.mode_for(calls, device) must return one of MODES for every number of "
             "calls (an int) on 'cpu' and 'cuda'.",
     "job": "a job's time is its first call (the compile, with a cold compiler cache) plus "
-           "calls x the time per call. Measure both for each choice with the exploration cell: "
-           "compiling pays when calls x (eager per call - compiled per call) > compile time. "
-           "Write the rule from that, with your figures for each device.",
+           "calls x the time per call. Measure both for each choice with the exploration cell, "
+           "on the kind of machine you are graded on: compiling pays when calls x (eager per "
+           "call - compiled per call) > compile time. The hidden jobs lie 1.5 to 3 times from "
+           "the break-even on either side, so write the rule from your measured figures, for "
+           "each device.",
 }
 Q2_HINTS = {
     "correctness": "BatchScorer must give each sample the same score PerSampleScorer gives it: "
@@ -113,6 +123,9 @@ Q2_HINTS = {
     "recompiles": "no Python loop over the batch (`for i in range(x.shape[0])` bakes the batch "
                   "size into the graph, so every new size recompiles): use batched tensor ops "
                   "that work for any number of rows.",
+    "operators": "no Python loop over rows at all, not even over a fixed (padded) number of "
+                 "them: each iteration is traced into the graph again. One batched expression "
+                 "computes every row at once.",
 }
 
 PROBLEMS = {
@@ -125,17 +138,21 @@ PROBLEMS = {
         key="ps3.q2", title="compile once for batch sizes 2..64", entry="BatchScorer",
         make_baseline=lambda device: PerSampleScorer().to(device).eval(),
         make_inputs=make_scorer_inputs, solution_grade_id="ps3-q2-solution",
-        checks=("correctness", "fullgraph", "recompiles"), learner_compile={"dynamic": True},
-        recompile_inputs=scorer_recompile_inputs, max_compiles=1, hints=Q2_HINTS),
+        checks=("correctness", "fullgraph", "recompiles", "operators"),
+        learner_compile={"dynamic": True}, recompile_inputs=scorer_recompile_inputs,
+        max_compiles=1, hints=Q2_HINTS,
+        # The batched forward is 5 ATen operators (linear, relu, norm, add, div); a per-row loop
+        # over 64 padded rows is more than 300.
+        max_operators=20),
 }
 
 # How each autograded test cell of ps3.ipynb earns its points (grade_id -> checks).
 TEST_CELLS = [
-    TestCell("ps3-q1-correctness", 1, requires=(("ps3.q1", "rule"),)),
-    # One point per hidden job: two below the grading machine's break-even, two above it.
-    TestCell("ps3-q1-short", 2, scored=("ps3.q1", "job"), part="short"),
-    TestCell("ps3-q1-long", 2, scored=("ps3.q1", "job"), part="long"),
+    # One point per pair of hidden jobs, one below the grading machine's break-even and one above
+    # it, both right (five pairs): a rule that answers the same for every size earns nothing.
+    TestCell("ps3-q1-jobs", 5, requires=(("ps3.q1", "rule"),), scored=("ps3.q1", "job")),
     # Correct outputs alone earn nothing: the points need the lesson too (see ps1).
     TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"), ("ps3.q2", "recompiles"))),
-    TestCell("ps3-q2-recompiles", 3, requires=(("ps3.q2", "recompiles"), ("ps3.q2", "fullgraph"))),
+    TestCell("ps3-q2-recompiles", 3, requires=(("ps3.q2", "recompiles"), ("ps3.q2", "fullgraph"),
+                                               ("ps3.q2", "operators"))),
 ]

@@ -18,7 +18,8 @@ so ``ch.NAME`` works for all of them:
 
 - :mod:`~grader.course.chapters.core`: the size switch, device, progress, quiet logs, caches,
   generated code, seconds per call;
-- :mod:`~grader.course.chapters.roofline`: bandwidth, compute, FLOPs, the roofline, break-even;
+- :mod:`~grader.course.chapters.roofline`: bandwidth, compute, FLOPs, the roofline, break-even
+  (and ps3's job figures, :func:`measure_modes`, measured as ps3's judge measures them);
 - :mod:`~grader.course.chapters.records`: :func:`record`, :func:`claims_table`;
 - :mod:`~grader.course.chapters.dynamic`: compile counters, marking dynamic, padding, shape sweeps
   (chapter 6);

@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from grader.checks.jobs import JobFigures, measure_modes  # noqa: F401 (ps3's exploration cell)
 from grader.checks.targets import calls_to_pay_back
 from grader.checks.timing import Estimate, time_per_call
 from grader.course.chapters.core import DEVICE, pick, trials
