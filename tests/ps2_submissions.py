@@ -1,7 +1,9 @@
 """Made-up submissions of problem set 2 (the cheapest to grade) for the attack tests: a notebook
 with its solution cell replaced, written where `make grade` collects it, and the scores the
-gradebook holds afterwards. Its honest reference points: the unfused loop version
-(:data:`PASS_CLASS`) is correct but neither fused nor fast: 3 of 10; a blank notebook: 0.
+gradebook holds afterwards. Its honest reference points: :data:`PASS_CLASS` (the demo's
+dee_slow: fused and correct, but a chain of wasted functions keeps it from the speed target)
+earns 7 of 10, so an attack in front of it has the speed cell's 3 points to steal; the given
+model unchanged and a blank notebook earn 0.
 """
 from __future__ import annotations
 
@@ -12,7 +14,20 @@ import nbformat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = "ps2"
-PASS_CLASS = "class FusedGroupNormGELU(GroupNormGELU):\n    pass\n"
+PASS_CLASS = '''class FusedGroupNormGELU(GroupNormGELU):
+    def forward(self, x):
+        rows, d = x.shape
+        xs = x.view(rows, self.groups, d // self.groups)
+        mu = xs.mean(dim=-1, keepdim=True)
+        var = ((xs - mu) ** 2).mean(dim=-1, keepdim=True)
+        y = ((xs - mu) / torch.sqrt(var + self.eps)).view(rows, d) * self.weight + self.bias
+        waste = y
+        for _ in range(40):
+            waste = torch.sin(torch.exp(torch.tanh(waste)))
+        y = y + 0.0 * waste
+        return 0.5 * y * (1.0 + torch.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
+'''
+HONEST_POINTS = 7
 
 
 def _notebook(release_nb, solution: str | None, extra: str | None):

@@ -24,7 +24,7 @@ from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
 import test_attacks_escape as escape
-from ps2_submissions import PASS_CLASS, PS, ROOT, _notebook, _scores, _write
+from ps2_submissions import HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook, _scores, _write
 from test_attacks_unscreened import ATTACK, SPIN_TAG
 
 SECRET = "instructor-secret-7f3a91"
@@ -52,8 +52,9 @@ SOLUTION_ATTACKS = {
     "patch_grader_class": PASS_CLASS + "import grader.checks.targets\n"
                                        "grader.checks.targets.SpeedTarget.fraction_of_reference = 0.0\n",
     "flip_dynamo_config": PASS_CLASS + "torch._dynamo.config.suppress_errors = True\n",
-    "read_files_in_the_subject": PASS_CLASS.replace(
-        "    pass\n", "    def forward(self, x):\n        raise ValueError(open('/etc/hostname').read())\n"),
+    "read_files_in_the_subject": "class FusedGroupNormGELU(GroupNormGELU):\n"
+                                 "    def forward(self, x):\n"
+                                 "        raise ValueError(open('/etc/hostname').read())\n",
 }
 # Attacks in an extra cell the student added, which once ran in the notebook's kernel nbgrader
 # started for the feedback: make grade runs no cell of the notebook now, so they never run.
@@ -73,9 +74,10 @@ KERNEL_ATTACKS = {
 }
 HONEST = {"honest_pass": (PASS_CLASS, None)}   # and ada_full, the demo's full solution
 # Past the screen (graded with it off, as only the grader's own tests can): the unscreened attack
-# of tests/test_attacks_unscreened.py in front of the honest loop version, through make grade.
+# of tests/test_attacks_unscreened.py in front of the honest model (PASS_CLASS), through make grade.
 UNSCREENED = {"unscreened_forger": ATTACK + PASS_CLASS}
-EXPECTED = {"honest_pass": 3, "ada_full": 10, "unscreened_forger": 3, "patch_cell_scores": 3, "rebind_run_test": 0,
+EXPECTED = {"honest_pass": HONEST_POINTS, "ada_full": 10, "unscreened_forger": HONEST_POINTS,
+            "patch_cell_scores": HONEST_POINTS, "rebind_run_test": 0,
             "snoop": 0, "leftover_process": 0, **{name: 0 for name in SOLUTION_ATTACKS},
             **escape.EXPECTED}
 

@@ -26,7 +26,7 @@ import pytest
 from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
-from ps2_submissions import PASS_CLASS, PS, ROOT, _notebook, _scores, _write
+from ps2_submissions import HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook, _scores, _write
 
 TAG = f"escapee-{random.randint(10 ** 6, 10 ** 7)}"
 VICTIM = f"victim-{random.randint(10 ** 5, 10 ** 6)}"   # a process name (at most 15 characters)
@@ -59,13 +59,13 @@ while [ "$(date +%s)" -lt "$end" ]; do
 done
 """
 
-# An honest submission (the loop version: 3 of 10) whose subject names itself VICTIM.
+# An honest submission (tests/ps2_submissions.PASS_CLASS) whose subject names itself VICTIM.
 VICTIM_CELL = f"import ctypes\nctypes.CDLL(None).prctl(15, {VICTIM.encode()!r}, 0, 0, 0)\n" + PASS_CLASS
 
 
 def _escape_cell(course: str) -> str:
-    """Learner code for the solution cell: the escape (in the subject only), then the honest loop
-    version of the model (3 of 10)."""
+    """Learner code for the solution cell: the escape (in the subject only), then the honest
+    model of tests/ps2_submissions.py."""
     return f"""import os, time
 import __main__
 if getattr(getattr(__main__, "__spec__", None), "name", "") == "grader.isolation.subject":
@@ -85,8 +85,8 @@ if getattr(getattr(__main__, "__spec__", None), "name", "") == "grader.isolation
 """ + PASS_CLASS
 
 
-# Both score what the loop version earns honestly: 3 of 10.
-EXPECTED = {"escapee": 3, "victim": 3}
+# Both score what the honest model earns.
+EXPECTED = {"escapee": HONEST_POINTS, "victim": HONEST_POINTS}
 UNSCREENED = ("escapee", "victim")
 
 
