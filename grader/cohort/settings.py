@@ -68,7 +68,7 @@ class GradeSettings:
                                make="RAY_ADDRESS")
     demo_students: str = setting("", "when submitted/ and downloads/ hold no files: grade only "
                                      "these demo students (comma-separated, e.g. "
-                                     "ada_full,fay_crash), or all of them (all); default: all 8 "
+                                     "ada_full,fay_crash), or all of them (all); default: all 9 "
                                      "in ps1, four in each other set", make="DEMO")
     regrade: bool = setting(False, "grade every submission again, even those already graded and "
                                    "unchanged (e.g. after fixing a test); grades are replaced, "
