@@ -62,7 +62,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null
 	$(BIN)/jupyter labextension list 2>&1 | grep -q '@jupyter/nbgrader.*enabled' || { echo "make setup: nbgrader's JupyterLab extension (@jupyter/nbgrader) is not enabled"; exit 1; }
-	@command -v bwrap >/dev/null || echo "note: bubblewrap is not installed: \`make grade\` grades real submissions only with it (\`make setup-sandbox\`, or SANDBOX=off knowingly)"
+	@command -v bwrap >/dev/null || echo "note: bubblewrap is not installed: \`make grade\` confines learner code with the kernel's Landlock and seccomp instead where it can (\`make setup-sandbox\` installs bubblewrap)"
 	touch $@
 
 # Phony and checked every time: nothing records an install, so a failed one is tried again.

@@ -49,13 +49,13 @@ def choose_demo_cohort(wanted: list[str]) -> tuple[dict[str, str] | None, bool, 
         raise SystemExit(f"make grade: unknown demo students {unknown}; the demo cohort is "
                          f"{', '.join(PERSONAS)} (or all)")
     if wanted == ["all"]:
-        return None, False, ("submitted/ is empty: grading the whole bundled demo cohort (8 made-up "
+        return None, False, ("submitted/ is empty: grading the whole bundled demo cohort (9 made-up "
                              "students per problem set) in build/demo-course/")
     if wanted:
         return {s: s for s in wanted}, False, (f"submitted/ is empty: grading the demo students "
                                                f"{', '.join(wanted)} in build/demo-course/")
     return None, True, (f"submitted/ is empty: grading the bundled demo cohort in build/demo-course/: "
-                        f"all 8 made-up students in {FIRST_SET_ALL} (every way a submission can fail), "
+                        f"all 9 made-up students in {FIRST_SET_ALL} (every way a submission can fail), "
                         f"{', '.join(OTHER_SETS)} in the other sets (--demo-students all: everyone)")
 
 

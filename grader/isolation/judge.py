@@ -792,7 +792,7 @@ def _time_limit(seconds: float):
 def _work_limit_s(problem: Problem, side: ReferenceSide) -> float:
     """How long the judge may spend on its own checks of one learner's graph (compiles, runs,
     timing): a few times what the problem's baseline and reference took to build (their
-    compiles) plus its timing budget, never less than four minutes (a slow, busy machine)."""
+    compiles) plus its timing budget, never less than five minutes (a slow, busy machine)."""
     return max(300.0, 6 * side.seconds + 4 * problem.budget_s)
 
 
