@@ -25,7 +25,7 @@ from grader.problems import get_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = "ps2"
-NOTE = "ps2.q1, ps2.q1rows: your code did not finish in time (an endless loop, or far too slow)"
+NOTE = "ps2.q1: your code did not finish in time (an endless loop, or far too slow)"
 # One of each kind of test cell (ps2: correctness 3, fusion 4, speed 3 points, partial credit).
 JUDGED_CELLS = {
     "ps2-q1-correctness": {"grade_id": "ps2-q1-correctness", "points": 3.0, "max_points": 3.0,
@@ -74,7 +74,7 @@ def _judged_folder(tmp_path, cells=None) -> str:
     os.makedirs(folder)
     with open(os.path.join(folder, files.JUDGED_SCORES_FILE), "w") as fh:
         json.dump({"assignment": PS, "problems": {}, "cells": cells or JUDGED_CELLS,
-                   "solutions": {"ps2-q1-solution": {"problems": ["ps2.q1", "ps2.q1rows"],
+                   "solutions": {"ps2-q1-solution": {"problems": ["ps2.q1"],
                                                      "deadline_s": 90.0, "note": NOTE}}}, fh)
     return folder
 
@@ -159,7 +159,7 @@ def test_the_courses_own_autograde_steps_cannot_score_the_saved_outputs(course, 
 # The subject's deadline
 
 def test_the_deadline_is_a_few_times_the_references_build_with_a_floor_and_the_old_ceiling():
-    problems = [get_problem("ps2.q1"), get_problem("ps2.q1rows")]
+    problems = [get_problem("ps2.q1")]
     unmeasured = max(300.0, 4 * max(p.budget_s for p in problems))
     assert check.subject_deadline_s(problems) == unmeasured            # self-check: as before
     assert check.subject_deadline_s(problems, 40.0) == check.SUBJECT_DEADLINE_FACTOR * 40.0
@@ -195,14 +195,14 @@ class _Judge:
 
 def test_a_submission_is_judged_with_the_measured_deadline_and_the_cell_says_why_it_stopped(course):
     notebook = os.path.join(_sub(course).folder, f"{PS}.ipynb")
-    problems = [get_problem("ps2.q1"), get_problem("ps2.q1rows")]
+    problems = [get_problem("ps2.q1")]
     given = _Judge(build_s=0.0)        # make grade: the run's first judge measured 25 s
     judged = grade_notebook(notebook, PS, course, judge=given, reference_s=25.0)
     deadline = check.subject_deadline_s(problems, 25.0)
     assert [j["timeout_s"] for j in given.jobs] == [deadline]
     assert judged.solutions["ps2-q1-solution"] == {
-        "problems": ["ps2.q1", "ps2.q1rows"], "deadline_s": deadline,
-        "note": f"ps2.q1, ps2.q1rows: your code did not finish in time; it was stopped after "
+        "problems": ["ps2.q1"], "deadline_s": deadline,
+        "note": f"ps2.q1: your code did not finish in time; it was stopped after "
                 f"{deadline:.0f} s"}
     own = _Judge(build_s=40.0)         # Gradescope: the references are built, and measured, first
     judged = grade_notebook(notebook, PS, course, judge=own)
