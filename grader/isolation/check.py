@@ -467,6 +467,12 @@ def run_test(grade_id: str, *objects, **options):
     evaluations = {key: evaluate(key, *objects, **options) for key in cell.problems}
     score = score_cell(cell, evaluations)
     print(score.text)
+    held_back = cell.scored is not None and evaluations[cell.scored[0]].verdict(
+        cell.scored[1]) == HIDDEN_JOBS_HELD_BACK.verdict
+    if held_back and score.passed:
+        # Judged only when graded (ps3's hidden jobs): nothing to fail here, nothing credited
+        # here either; the printed verdict says so. (No value: nbgrader's validate passes it.)
+        return None
     if score.partial:
         return score.points
     if score.points < score.max_points or not score.passed:  # a 0-point gate fails visibly too
