@@ -76,7 +76,10 @@ HONEST = {"honest_pass": (PASS_CLASS, None)}   # and ada_full, the demo's full s
 # Past the screen (graded with it off, as only the grader's own tests can): the unscreened attack
 # of tests/test_attacks_unscreened.py in front of the honest model (PASS_CLASS), through make grade.
 UNSCREENED = {"unscreened_forger": ATTACK + PASS_CLASS}
-EXPECTED = {"honest_pass": HONEST_POINTS, "ada_full": 10, "unscreened_forger": HONEST_POINTS,
+# The forger earns nothing: the graph it ships carries a refused operator, so no kernel count, and
+# the correctness cell needs ps2's lesson (the fused kernels) too; its spinning thread may also
+# hold the subject past its deadline. Either way 0, below the honest model's points.
+EXPECTED = {"honest_pass": HONEST_POINTS, "ada_full": 10, "unscreened_forger": 0,
             "patch_cell_scores": HONEST_POINTS, "rebind_run_test": 0,
             "snoop": 0, "leftover_process": 0, **{name: 0 for name in SOLUTION_ATTACKS},
             **escape.EXPECTED}
