@@ -43,6 +43,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 
 from grader.cohort import assign, files
 from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
@@ -433,6 +434,10 @@ def grade(course: str = ".", assignments: list[str] | None = None, **options) ->
                          f"ASSIGNMENT takes one of {', '.join(known)} (the folders of "
                          f"{files.SOURCE}/), or nothing to grade them all")
     run = Run(course=course, assignments=list(assignments or known), **options)
+    # nbgrader's gradebook adds each submission through SQLAlchemy's autoflush, which warns
+    # ("Object of type <SubmittedNotebook> not in session", three times per submission;
+    # nbgrader's own autograde prints the same): it buried the run's progress lines.
+    warnings.filterwarnings("ignore", message=r"Object of type <Submitted\w*> not in session")
     try:
         for step in STEPS:
             step(run)
