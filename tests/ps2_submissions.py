@@ -9,29 +9,31 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 
 import nbformat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = "ps2"
-PASS_CLASS = '''class FusedGroupNormGELU(GroupNormGELU):
-    def forward(self, x):
-        rows, d = x.shape
-        xs = x.view(rows, self.groups, d // self.groups)
-        mu = xs.mean(dim=-1, keepdim=True)
-        var = ((xs - mu) ** 2).mean(dim=-1, keepdim=True)
-        y = ((xs - mu) / torch.sqrt(var + self.eps)).view(rows, d) * self.weight + self.bias
-        waste = y
-        for _ in range(40):
-            waste = torch.sin(torch.exp(torch.tanh(waste)))
-        y = y + 0.0 * waste
-        return 0.5 * y * (1.0 + torch.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))
-'''
+# The demo's dee_slow ps2 solution (source/demo_cohort.py), one definition for both.
+PASS_CLASS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))[
+    "DEMO_SOLUTIONS"]["ps2"]["slow"]["ps2-q1-solution"]
 HONEST_POINTS = 7
 
 
-def _notebook(release_nb, solution: str | None, extra: str | None):
+FORGED = "[PASS] everything (an output saved in the notebook)"
+
+
+def _notebook(release_nb, solution: str | None, extra: str | None, forged: bool = False):
+    """The release notebook with ``solution`` in its solution cell and ``extra`` in a cell of its
+    own after it; ``forged``: saved with outputs that claim full marks in every test cell."""
     nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
+    for cell in nb.cells if forged else []:
+        meta = cell.metadata.get("nbgrader") or {}
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=FORGED),
+                            nbformat.v4.new_output("execute_result", execution_count=1,
+                                                   data={"text/plain": str(meta["points"])})]
     for index, cell in enumerate(nb.cells):
         if (cell.metadata.get("nbgrader") or {}).get("solution") and cell.cell_type == "code":
             if solution is not None:

@@ -11,7 +11,6 @@ An escaped child and its victim (tests/test_attacks_escape.py) are graded here w
 from __future__ import annotations
 
 import csv
-import json
 import os
 import random
 import shutil
@@ -24,7 +23,8 @@ from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
 import test_attacks_escape as escape
-from ps2_submissions import HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook, _scores, _write
+from ps2_submissions import (FORGED, HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook, _scores,
+                             _write)
 from test_attacks_unscreened import ATTACK, SPIN_TAG
 
 SECRET = "instructor-secret-7f3a91"
@@ -108,44 +108,6 @@ def _snoop_code(course: str) -> str:
             "                print(open(path, errors='replace').read()[:2000])\n"
             "            except Exception as exc:\n"
             "                print('ERR', path, exc)\n")
-
-
-FORGED = "[PASS] everything (an output saved in the notebook)"
-
-
-def _notebook(release_nb, solution: str | None, extra: str | None, forged: bool = False):
-    """The release notebook with ``solution`` in its solution cell and ``extra`` in a cell of its
-    own after it; ``forged``: saved with outputs that claim full marks in every test cell."""
-    nb = nbformat.from_dict(json.loads(json.dumps(release_nb)))
-    for cell in nb.cells if forged else []:
-        meta = cell.metadata.get("nbgrader") or {}
-        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=FORGED),
-                            nbformat.v4.new_output("execute_result", execution_count=1,
-                                                   data={"text/plain": str(meta["points"])})]
-    for index, cell in enumerate(nb.cells):
-        if (cell.metadata.get("nbgrader") or {}).get("solution") and cell.cell_type == "code":
-            if solution is not None:
-                cell.source = solution
-            if extra is not None:
-                nb.cells.insert(index + 1, nbformat.v4.new_code_cell(extra))
-            break
-    return nb
-
-
-def _write(course: str, student: str, nb, timestamp: str = "2026-12-01 12:00:00.000000 UTC"):
-    folder = os.path.join(course, "submitted", student, PS)
-    os.makedirs(folder, exist_ok=True)
-    nbformat.write(nb, os.path.join(folder, f"{PS}.ipynb"))
-    with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
-        fh.write(timestamp + "\n")
-
-
-def _scores(course: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-
-    with Gradebook("sqlite:///" + os.path.join(course, "gradebook.db")) as gb:
-        return {s.student_id: float(s.score) for s in gb.assignment_submissions(PS)}
 
 
 def _graded_notebook(course: str, student: str):

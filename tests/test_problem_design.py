@@ -25,6 +25,7 @@ and its subject (the timed checks left out where the verdict does not depend on 
 from __future__ import annotations
 
 import os
+import runpy
 
 import pytest
 
@@ -179,16 +180,9 @@ def test_the_given_model_unchanged_earns_nothing(judge, key):
         n: c["message"][:300] for n, c in result["checks"].items()}
 
 
-ONE_SIDED_PS1 = """class FixedModel(Original):
-    def forward(self, x):
-        h = torch.tanh(self.fc1(x)) * 1.5
-        scale = h.abs().max()
-        h = h / (scale + 1e-6)
-        pos = h > 0
-        pos_mean = torch.where(pos, h, 0.0).sum() / pos.sum()
-        h = torch.sin(h - pos_mean) * torch.cos(h + pos_mean)
-        return torch.tanh(self.fc2(h).exp())
-"""
+# The demo's eve_wrong ps1 solution (source/demo_cohort.py): one side of the `if` only.
+ONE_SIDED_PS1 = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))[
+    "DEMO_SOLUTIONS"]["ps1"]["wrong"]["ps1-q1-solution"]
 
 
 def test_ps1_with_one_side_of_the_if_earns_nothing(judge):
