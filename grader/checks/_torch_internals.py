@@ -831,3 +831,44 @@ def cudagraph_skips() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["inductor"]["cudagraph_skips"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Extending and shipping: AOTInductor packages, Triton, FlexAttention on a CPU (chapter 11)
+
+def aoti_compile_and_package(exported, package_path: str, inductor_configs: dict | None = None) -> str:
+    """Compile a ``torch.export.ExportedProgram`` ahead of time with AOTInductor and write it as
+    one ``.pt2`` package (``torch._inductor.aoti_compile_and_package``, in torch 2.6 and later:
+    the exported graph through Inductor, its C++ wrapper and kernels built into a shared library,
+    the weights beside it). Returns the package's path."""
+    import torch._inductor
+
+    return torch._inductor.aoti_compile_and_package(exported, package_path=package_path,
+                                                    inductor_configs=inductor_configs)
+
+
+def aoti_load_package(path: str) -> Callable:
+    """Load a ``.pt2`` package written by :func:`aoti_compile_and_package`: a callable that runs
+    the compiled library (``torch._inductor.aoti_load_package``) with no Dynamo, no Inductor and
+    no compile in the loading process."""
+    import torch._inductor
+
+    return torch._inductor.aoti_load_package(path)
+
+
+def has_triton() -> bool:
+    """Can this process run Triton kernels (``torch.utils._triton.has_triton``: Triton importable
+    and a device it compiles for, a CUDA GPU of compute capability 7.0 or newer among them)?"""
+    from torch.utils._triton import has_triton as _has_triton
+
+    return bool(_has_triton())
+
+
+def cpu_has_avx2() -> bool:
+    """Does this CPU have AVX2, and is ATen allowed to use it (``torch.cpu._is_avx2_supported``
+    and ``ATEN_CPU_CAPABILITY`` not ``default``)? Inductor's C++ FlexAttention template needs both
+    (``check_cpu_supported`` in ``torch/_inductor/kernel/flex/flex_cpu.py``, 2.14; in
+    ``kernel/flex_attention.py`` in 2.8)."""
+    import os
+
+    return bool(torch.cpu._is_avx2_supported()) and os.getenv("ATEN_CPU_CAPABILITY") != "default"
