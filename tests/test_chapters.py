@@ -31,6 +31,7 @@ EXPECTED = {
     "07_training.ipynb": ("ch7", 1, 8),
     "08_compile_time_debugging.ipynb": ("ch8", 1, 14),
     "09_debugging.ipynb": ("ch9", 2, 28),
+    "11_extend_and_ship.ipynb": ("ch11", 2, 14),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
 # work on a few chapters without executing them all); unset, every chapter runs.
@@ -368,6 +369,83 @@ def test_chapter9_bisects_minifies_and_measures(executed):
     assert (rows["graphs Dynamo compiled for the first step, compiled autograd off"]
             > rows["graphs Dynamo compiled for the first step, compiled autograd on"] >= 2)
     assert "gradients as eager's: True" in text and "gradients as eager's: False" not in text
+
+
+def test_chapter11_custom_op_flex_attention_and_aoti_package(executed):
+    rows = _rows(executed, "11_extend_and_ship.ipynb", "ch11")
+    # section 1: Dynamo rewrites np.tanh into torch; np.interp is a library call it cannot trace
+    assert rows["graphs: np.tanh inside (Dynamo rewrites it into torch.tanh)"] == 1
+    assert rows["graphs: np.interp inside (a library call Dynamo cannot trace)"] > 1
+    # section 2: the custom op is one graph, forward and backward, with eager's gradients
+    assert rows["opcheck tests passed by course::calibrate"] == 4
+    assert rows["opcheck tests failed by a fake of the wrong shape"] == 1
+    assert rows["graphs: np.interp as a custom op"] == 1
+    assert rows["graphs: compiled forward + backward with the custom op"] == 1
+    assert rows["max |compiled - eager| gradient through the custom op"] < 1e-5
+    text = _stream_text(executed["11_extend_and_ship.ipynb"][0])
+    assert "backward through the NumPy call: RuntimeError" in text
+    assert re.search(r"opcheck test_faketensor +MetadataMismatchError", text)
+    assert "gradcheck (register_autograd's formula against finite differences): True" in text
+    # section 3: the Triton cell says on a CPU that it skipped, and why
+    assert "GPU-only: a user Triton kernel inside a compiled model" in text
+    assert "skipped on cpu because Triton kernels run on GPUs" in text
+    # section 4: FlexAttention computes SDPA's attention with the same mask, where it compiles here
+    if chapters.flex_attention_on_cpu()[0]:
+        assert rows["max |flex_attention - SDPA| with the same sliding-window mask"] < 1e-4
+        assert rows["max |flex_attention(score_mod=soft_cap) - by hand|"] < 1e-4
+        assert 0 < rows["share of blocks the sliding-window block mask skips"] < 100
+    else:
+        assert "skipped the FlexAttention measurements on this machine" in text
+    # section 5: the package, loaded in a fresh process, computes the eager model's outputs
+    assert rows["max |AOTInductor package - eager| in the fresh process"] < 1e-4
+    assert rows["AOTInductor: compile and package, ahead of time"] > 0
+    assert rows["torch.compile in a fresh process, warm cache: first call"] > 0
+    assert (rows["of which importing torch._inductor"]
+            < rows["AOTInductor package in a fresh process: import torch._inductor + load + first call"])
+
+
+def test_sliding_window_mask_and_the_flex_attention_probe():
+    import torch
+
+    mask = chapters.dense_mask(chapters.sliding_window_causal(3), 6, device="cpu")
+    expected = torch.tensor([[q >= k and q - k < 3 for k in range(6)] for q in range(6)])
+    assert torch.equal(mask, expected)
+    ok, why = chapters.flex_attention_on_cpu()
+    assert isinstance(ok, bool) and why
+    usable, reason = chapters.triton_available("cpu")
+    assert usable is False and "GPU" in reason
+
+
+def test_opcheck_results_names_a_wrong_fake():
+    import torch
+
+    @torch.library.custom_op("course_test::twice_wrong_fake", mutates_args=())
+    def twice(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    @twice.register_fake
+    def _(t):
+        return t.new_empty(t.shape[0])
+
+    found = chapters.opcheck_results(twice, (torch.randn(3, 4),))
+    assert found["test_schema"] == "SUCCESS"
+    assert found["test_faketensor"].startswith("MetadataMismatchError")
+
+
+def test_aoti_package_loads_and_runs_in_a_fresh_process(tmp_path):
+    """One AOTInductor compile of chapter 8's ci model (about 20 s on 2 cores), then the package
+    in a new process: the same outputs as the eager model there, and each step timed."""
+    from grader.course.compile_child import build
+
+    model, example = build("ci", "cpu")
+    built = chapters.export_and_package(model, (example,), str(tmp_path / "m.pt2"))
+    assert os.path.exists(built["package"]) and built["package_bytes"] > 0
+    report = chapters.load_package_in_fresh_process(built["package"], size="ci", device="cpu")
+    assert report["max_abs_diff"] < 1e-4
+    for key in ("import_s", "import_inductor_s", "load_s", "first_call_s", "process_s"):
+        assert report[key] > 0, key
+    with pytest.raises(RuntimeError, match="child process failed"):
+        chapters.load_package_in_fresh_process(str(tmp_path / "absent.pt2"), size="ci", device="cpu")
 
 
 def test_recorded_long_demonstrations_and_cudagraph_skip_report(tmp_path):

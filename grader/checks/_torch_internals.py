@@ -836,7 +836,8 @@ def cudagraph_skips() -> int:
 # ---------------------------------------------------------------------------------------------
 # Extending and shipping: AOTInductor packages, Triton, FlexAttention on a CPU (chapter 11)
 
-def aoti_compile_and_package(exported, package_path: str, inductor_configs: dict | None = None) -> str:
+def aoti_compile_and_package(exported, package_path: str,
+                             inductor_configs: dict | None = None) -> str:
     """Compile a ``torch.export.ExportedProgram`` ahead of time with AOTInductor and write it as
     one ``.pt2`` package (``torch._inductor.aoti_compile_and_package``, in torch 2.6 and later:
     the exported graph through Inductor, its C++ wrapper and kernels built into a shared library,
@@ -845,6 +846,12 @@ def aoti_compile_and_package(exported, package_path: str, inductor_configs: dict
 
     return torch._inductor.aoti_compile_and_package(exported, package_path=package_path,
                                                     inductor_configs=inductor_configs)
+
+
+def import_inductor() -> None:
+    """Import ``torch._inductor`` (which, in torch 2.14, imports ``torch._dynamo`` too): the
+    Python-side part of loading an AOTInductor package, timed apart from the load itself."""
+    import torch._inductor  # noqa: F401
 
 
 def aoti_load_package(path: str) -> Callable:

@@ -17,9 +17,10 @@ from grader.course.chapters.core import DEVICE, SIZE
 
 
 def opcheck_results(op, args: tuple, kwargs: dict | None = None) -> dict[str, str]:
-    """Run ``torch.library.opcheck`` on ``op(*args, **kwargs)`` and return ``{test: "SUCCESS" or
-    "<Error>: <first line>"}`` for each of its tests (``test_schema``, ``test_autograd_registration``,
-    ``test_faketensor``, ``test_aot_dispatch_dynamic``), instead of raising at the first failure."""
+    """Run ``torch.library.opcheck`` on ``op(*args, **kwargs)`` and return ``{test: "SUCCESS"
+    or "<Error>: <first line>"}`` for each of its tests (``test_schema``,
+    ``test_autograd_registration``, ``test_faketensor``, ``test_aot_dispatch_dynamic``), instead
+    of raising at the first failure."""
     found = torch.library.opcheck(op, args, kwargs, raise_exception=False)
     return {test: result if isinstance(result, str)
             else f"{type(result).__name__}: {(str(result).strip().splitlines() or [''])[0][:160]}"
@@ -94,9 +95,10 @@ def load_package_in_fresh_process(package: str, *, size: str | None = None,
                                   device: str = DEVICE, env: dict | None = None) -> dict:
     """Load and run an AOTInductor package of chapter 8's model in a new Python process
     (:mod:`grader.course.aoti_child`): the cold start a deployed model pays. Returns the child's
-    report (``import_s``, ``load_s``, ``first_call_s``, ``second_call_s``, ``to_first_output_s``,
-    ``max_abs_diff`` against the eager model) plus ``process_s``, the whole process as the parent
-    saw it; raises ``RuntimeError`` with the child's stderr when it fails."""
+    report (``import_s``, ``import_inductor_s``, ``load_s``, ``first_call_s``, ``second_call_s``,
+    ``to_first_output_s``, ``max_abs_diff`` against the eager model) plus ``process_s``, the
+    whole process as the parent saw it; raises ``RuntimeError`` with the child's stderr when it
+    fails."""
     args = ["-m", "grader.course.aoti_child", "--package", package, "--size", size or SIZE,
             "--device", device]
     done, seconds = run_python(args, env=env)
