@@ -419,8 +419,9 @@ def test_sliding_window_mask_and_the_flex_attention_probe():
 def test_opcheck_results_names_a_wrong_fake():
     import torch
 
-    @torch.library.custom_op("course_test::twice_wrong_fake", mutates_args=())
-    def twice(t: torch.Tensor) -> torch.Tensor:
+    # the schema spelled out: this file's annotations are strings (from __future__ import annotations)
+    @torch.library.custom_op("course_test::twice_wrong_fake", mutates_args=(), schema="(Tensor t) -> Tensor")
+    def twice(t):
         return t * 2
 
     @twice.register_fake
@@ -432,18 +433,9 @@ def test_opcheck_results_names_a_wrong_fake():
     assert found["test_faketensor"].startswith("MetadataMismatchError")
 
 
-def test_aoti_package_loads_and_runs_in_a_fresh_process(tmp_path):
-    """One AOTInductor compile of chapter 8's ci model (about 20 s on 2 cores), then the package
-    in a new process: the same outputs as the eager model there, and each step timed."""
-    from grader.course.compile_child import build
-
-    model, example = build("ci", "cpu")
-    built = chapters.export_and_package(model, (example,), str(tmp_path / "m.pt2"))
-    assert os.path.exists(built["package"]) and built["package_bytes"] > 0
-    report = chapters.load_package_in_fresh_process(built["package"], size="ci", device="cpu")
-    assert report["max_abs_diff"] < 1e-4
-    for key in ("import_s", "import_inductor_s", "load_s", "first_call_s", "process_s"):
-        assert report[key] > 0, key
+def test_a_package_that_cannot_be_loaded_is_the_child_process_failing(tmp_path):
+    """The fresh-process loader raises with the child's stderr (the chapter's run covers a
+    package that loads, and tests/test_torch_internals.py the compile and load themselves)."""
     with pytest.raises(RuntimeError, match="child process failed"):
         chapters.load_package_in_fresh_process(str(tmp_path / "absent.pt2"), size="ci", device="cpu")
 

@@ -657,3 +657,23 @@ def test_host_reads_names_the_line_that_reads_a_value_not_a_float_attribute():
     torch.compile(lambda x: norm(x * 2), backend=keep, fullgraph=True, dynamic=True)(
         torch.randn(2, 8))
     assert found["reads"] == []
+
+
+def test_aoti_package_round_trip_and_the_probes_of_chapter_11(tmp_path):
+    """torch.export -> aoti_compile_and_package -> aoti_load_package on a small MLP: the package
+    computes the model's outputs (one AOTInductor compile: about 20 s on 2 cores). And the probes
+    chapter 11 uses: Triton (never on a CPU-only machine), AVX2, importing torch._inductor."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
+    x = torch.randn(3, 16)
+    exported = torch.export.export(model, (x,))
+    with ti.quiet_torch_logs():
+        path = ti.aoti_compile_and_package(exported, str(tmp_path / "mlp.pt2"))
+    assert path == str(tmp_path / "mlp.pt2") and os.path.getsize(path) > 0
+    ti.import_inductor()
+    runner = ti.aoti_load_package(path)
+    with torch.no_grad():
+        torch.testing.assert_close(runner(x), model(x))
+    if not torch.cuda.is_available():
+        assert ti.has_triton() is False
+    assert isinstance(ti.cpu_has_avx2(), bool)
