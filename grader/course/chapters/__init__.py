@@ -21,7 +21,8 @@ so ``ch.NAME`` works for all of them:
 - :mod:`~grader.course.chapters.roofline`: bandwidth, compute, FLOPs, the roofline, break-even
   (and ps3's job figures, :func:`measure_modes`, measured as ps3's judge measures them);
 - :mod:`~grader.course.chapters.records`: :func:`record`, :func:`claims_table`;
-- :mod:`~grader.course.chapters.dynamic`: compile counters, marking dynamic, padding, shape sweeps
+- :mod:`~grader.course.chapters.dynamic`: compile counts (the recompile check's
+  :class:`~grader.checks.recompiles.CompileCounter`), marking dynamic, padding, shape sweeps
   (chapter 6);
 - :mod:`~grader.course.chapters.training`: AOT graphs, saved tensors, peak memory (chapter 7);
 - :mod:`~grader.course.chapters.compile_time`: fresh processes, caches, tlparse (chapter 8);
