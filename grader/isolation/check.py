@@ -1,7 +1,7 @@
 """Check a learner's solution to a problem: the API that test cells and self-check call.
 
 >>> from grader.problems.ps1 import *
->>> from grader.check import check, run_test
+>>> from grader.isolation.check import check, run_test
 >>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
 >>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 

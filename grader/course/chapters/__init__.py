@@ -1,7 +1,7 @@
 """Helpers for the chapter notebooks (``notebooks/``): size switch, progress, plots, records.
 
-The chapters import this module (``from grader import chapters as ch``) instead of copying code
-into cells. Nothing here grades anything; measuring goes through :mod:`grader.checks.timing`, kernel
+The chapters import this module (``from grader.course import chapters as ch``) instead of copying
+code into cells. Nothing here grades anything; measuring goes through :mod:`grader.checks.timing`, kernel
 counts through :mod:`grader.checks.fusion`, and private torch APIs through :mod:`grader.checks._torch_internals`.
 
 Size switch
