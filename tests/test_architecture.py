@@ -16,8 +16,8 @@ import re
 import grader
 
 PACKAGE = os.path.dirname(grader.__file__)
-# role -> the roles its modules may import (every role may import itself, grader._paths and
-# grader._environment).
+# role -> the roles its modules may import (every role may import itself, grader._paths,
+# grader._environment and grader._files).
 ALLOWED = {
     "checks": set(),
     "problems": {"checks"},
@@ -71,7 +71,7 @@ def _modules():
 
 def test_each_role_is_a_folder_and_the_top_level_holds_only_entry_points():
     top = sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
-    assert top == sorted(["__init__", "_paths", "_environment", "cli"]), \
+    assert top == sorted(["__init__", "_paths", "_environment", "_files", "cli"]), \
         f"{top}: put a module in its role's folder; an alias at the top is not needed " \
         f"(the removed ones: {REMOVED_ALIASES})"
     for role in ALLOWED:
@@ -83,11 +83,11 @@ def test_imports_point_one_way():
     wrong = []
     for path, module in _modules():
         role = _role(module)
-        if role in ("_paths", "_environment", None) or module == "grader":
+        if role in ("_paths", "_environment", "_files", None) or module == "grader":
             continue
         for line, target in _imports(path, module):
             other = _role(target)
-            if other in (None, role, "_paths", "_environment"):
+            if other in (None, role, "_paths", "_environment", "_files"):
                 continue
             if other not in ALLOWED[role]:
                 wrong.append(f"{module} (line {line}) imports {target}: {role} may not import {other}")
@@ -132,7 +132,7 @@ def test_the_package_top_exports_the_checks_own_objects():
 
 def _module_graph() -> dict[str, set[str]]:
     """grader module -> the grader modules it imports (at any depth: a function-level import is
-    an edge too). ``from grader.cohort import files`` is an edge to ``grader.cohort.files``."""
+    an edge too). ``from grader.cohort import merge`` is an edge to ``grader.cohort.merge``."""
     found = dict((module, path) for path, module in _modules())
     graph: dict[str, set[str]] = {module: set() for module in found}
     for module, path in found.items():
@@ -201,6 +201,25 @@ def test_every_environment_variable_is_named_in_one_module():
     assert not spelled, "\n".join(spelled)
     assert all(value.startswith("COURSE_") for value in _environment.ALL.values())
     assert len(set(_environment.ALL.values())) == len(_environment.ALL)
+
+
+def test_every_file_name_is_spelled_in_one_module():
+    """Modules name the grader's files through grader._files (``files.GRADEBOOK``); no other
+    module spells one of its file names as a string."""
+    from grader import _files
+
+    names = {value for key, value in vars(_files).items()
+             if key.isupper() and isinstance(value, str) and "." in value}
+    assert {"gradebook.db", "judged-scores.json", "nbgrader_config.py"} <= names, names
+    spelled = []
+    for path, module in _modules():
+        if module == "grader._files":
+            continue
+        for number, line in enumerate(open(path, encoding="utf-8"), 1):
+            for name in re.findall(r"[\"']([\w.-]+\.\w+)[\"']", line):
+                if name in names:
+                    spelled.append(f"{module}:{number}: {name}")
+    assert not spelled, "\n".join(spelled)
 
 
 LONG_MODULE_LINES = 420   # "no module over ~400 lines without a reason written at its top"
