@@ -184,20 +184,25 @@ def test_no_module_imports_another_that_imports_it_back():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def _spelled(pattern: str, outside: str, keep: set[str] | None = None) -> list[str]:
+    """``module:line: string`` for every string ``pattern`` (one group) finds in a module of the
+    package other than ``outside`` (only those in ``keep``, when given)."""
+    found = []
+    for path, module in _modules():
+        if module == outside:
+            continue
+        for number, line in enumerate(open(path, encoding="utf-8"), 1):
+            found += [f"{module}:{number}: {name}" for name in re.findall(pattern, line)
+                      if keep is None or name in keep]
+    return found
+
+
 def test_every_environment_variable_is_named_in_one_module():
     """Modules read and set the course's environment variables through grader._environment, where
     each is named with its meaning; no other module spells a COURSE_ string."""
-    import re
-
     from grader import _environment
 
-    spelled = []
-    for path, module in _modules():
-        if module == "grader._environment":
-            continue
-        for number, line in enumerate(open(path, encoding="utf-8"), 1):
-            for name in re.findall(r"[\"'](COURSE_[A-Z_]+)[\"']", line):
-                spelled.append(f"{module}:{number}: {name}")
+    spelled = _spelled(r"[\"'](COURSE_[A-Z_]+)[\"']", outside="grader._environment")
     assert not spelled, "\n".join(spelled)
     assert all(value.startswith("COURSE_") for value in _environment.ALL.values())
     assert len(set(_environment.ALL.values())) == len(_environment.ALL)
@@ -211,14 +216,7 @@ def test_every_file_name_is_spelled_in_one_module():
     names = {value for key, value in vars(_files).items()
              if key.isupper() and isinstance(value, str) and "." in value}
     assert {"gradebook.db", "judged-scores.json", "nbgrader_config.py"} <= names, names
-    spelled = []
-    for path, module in _modules():
-        if module == "grader._files":
-            continue
-        for number, line in enumerate(open(path, encoding="utf-8"), 1):
-            for name in re.findall(r"[\"']([\w.-]+\.\w+)[\"']", line):
-                if name in names:
-                    spelled.append(f"{module}:{number}: {name}")
+    spelled = _spelled(r"[\"']([\w.-]+\.\w+)[\"']", outside="grader._files", keep=names)
     assert not spelled, "\n".join(spelled)
 
 
