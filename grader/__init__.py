@@ -10,16 +10,15 @@ Checking a solution to a problem set in a fresh process (what a problem set's se
 runs; ``FixedModel`` is the learner's class)::
 
     from grader.problems.ps1 import *
-    from grader.check import check
+    from grader.isolation.check import check
     check("ps1.q1", FixedModel)
 
 The package is split by role (docs/design.md): ``checks/`` (in-process checks), ``problems/``,
 ``isolation/`` (one problem in a fresh sandboxed process), ``cohort/`` (grading around nbgrader),
 ``course/`` (chapter helpers), ``tools/`` (benchmarks) and ``cli``; imports point one way,
-checks <- problems <- isolation <- cohort, and course -> checks. ``grader.check``,
-``grader.breaks``, ``grader.recompiles``, ``grader.timing`` and ``grader.fusion`` are the names
-notebooks import: each re-exports, with ``__all__``, the names notebooks use from its role's
-module; ``grader.chapters`` is ``grader.course.chapters`` itself (grader/chapters.py says why).
+checks <- problems <- isolation <- cohort, and course -> checks. Notebooks import each module by
+its path in its role (``grader.isolation.check``, ``grader.checks.breaks``,
+``grader.course.chapters``, ...); the top of the package holds no alias of one.
 
 The names below are imported on first use, so that ``import grader.isolation.sandbox`` (which the
 sandbox probe runs) does not import torch.

@@ -51,7 +51,7 @@ def _check(args) -> int:
 
 
 def _canvas(args) -> int:
-    from grader.cohort import files
+    from grader import _files as files
     from grader.cohort.export import write_canvas_csv
 
     export = write_canvas_csv(args.course, args.out or os.path.join(args.course, files.REPORTS, files.CANVAS_CSV),

@@ -3,21 +3,21 @@ import cycle between any two modules.
 
 checks <- problems <- isolation <- cohort; course -> checks; nothing imports the tools or the
 command line. Within a role too, modules import one way: the graph of every import between the
-package's modules (function-level imports included) has no cycle. The names notebooks import
-(``grader.check``, ``grader.breaks``, ...) re-export their role's modules' names with
-``__all__``; ``grader.chapters`` is ``grader.course.chapters`` itself.
+package's modules (function-level imports included) has no cycle. Notebooks import each module by
+its path in its role; no alias of one sits at the top of the package.
 """
 from __future__ import annotations
 
 import ast
 import importlib
 import os
+import re
 
 import grader
 
 PACKAGE = os.path.dirname(grader.__file__)
-# role -> the roles its modules may import (every role may import itself, grader._paths and
-# grader._environment).
+# role -> the roles its modules may import (every role may import itself, grader._paths,
+# grader._environment and grader._files).
 ALLOWED = {
     "checks": set(),
     "problems": {"checks"},
@@ -27,10 +27,11 @@ ALLOWED = {
     "tools": {"checks", "problems", "isolation", "cohort", "course"},
     "cli": {"checks", "problems", "isolation", "cohort", "course", "tools"},
 }
-# The names notebooks import at the top of grader/ -> their role (grader.ROLE.NAME is the code).
-ALIASES = {"check": "isolation", "chapters": "course", "breaks": "checks", "recompiles": "checks",
-           "timing": "checks", "fusion": "checks"}
-SWAPPED = {"chapters"}   # the module itself (sys.modules swap); the others re-export with __all__
+# Top-level aliases removed in 0.2.0 (issue 34) -> the module that is the code; no file of the
+# course may import the old name (a notebook installing an older release on Colab still can).
+REMOVED_ALIASES = {"check": "grader.isolation.check", "chapters": "grader.course.chapters",
+                   "breaks": "grader.checks.breaks", "recompiles": "grader.checks.recompiles",
+                   "timing": "grader.checks.timing", "fusion": "grader.checks.fusion"}
 
 
 def _role(module: str) -> str | None:
@@ -68,9 +69,11 @@ def _modules():
                 yield path, rel.removesuffix(".__init__")
 
 
-def test_each_role_is_a_folder_and_the_top_level_holds_only_entry_points_and_aliases():
+def test_each_role_is_a_folder_and_the_top_level_holds_only_entry_points():
     top = sorted(f[:-3] for f in os.listdir(PACKAGE) if f.endswith(".py"))
-    assert top == sorted(["__init__", "_paths", "_environment", "cli", *ALIASES]), top
+    assert top == sorted(["__init__", "_paths", "_environment", "_files", "cli"]), \
+        f"{top}: put a module in its role's folder; an alias at the top is not needed " \
+        f"(the removed ones: {REMOVED_ALIASES})"
     for role in ALLOWED:
         if role != "cli":
             assert os.path.isfile(os.path.join(PACKAGE, role, "__init__.py")), role
@@ -80,48 +83,56 @@ def test_imports_point_one_way():
     wrong = []
     for path, module in _modules():
         role = _role(module)
-        if role in ALIASES or role in ("_paths", "_environment", None) or module == "grader":
+        if role in ("_paths", "_environment", "_files", None) or module == "grader":
             continue
         for line, target in _imports(path, module):
             other = _role(target)
-            if other in ALIASES:
-                other = ALIASES[other]
-            if other in (None, role, "_paths", "_environment"):
+            if other in (None, role, "_paths", "_environment", "_files"):
                 continue
             if other not in ALLOWED[role]:
                 wrong.append(f"{module} (line {line}) imports {target}: {role} may not import {other}")
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_names_notebooks_import_are_the_role_modules_names():
-    for name, role in ALIASES.items():
-        alias = importlib.import_module(f"grader.{name}")
-        module = importlib.import_module(f"grader.{role}.{name}")
-        if name in SWAPPED:
-            assert alias is module, name
-            continue
-        assert alias is not module and alias.__all__, name
-        for public in alias.__all__:   # the very objects, so isinstance and identity hold
-            assert getattr(alias, public) is getattr(module, public), f"grader.{name}.{public}"
-        extra = {n for n in vars(alias) if not n.startswith("_")} - set(alias.__all__)
-        assert not extra, f"grader.{name} defines {extra} beyond its __all__"
-    from grader.check import check, run_test
-
-    assert check is importlib.import_module("grader.isolation.check").check and callable(run_test)
+_OLD_NAME = re.compile(r"\bgrader\.(%s)\b(?!s)|\bfrom grader import (%s)\b"
+                       % ("|".join(REMOVED_ALIASES), "|".join(REMOVED_ALIASES)))
 
 
-def test_the_re_exports_keep_what_the_package_top_exports():
-    """``from grader import graph_break_report`` and ``from grader.breaks import
-    graph_break_report`` name the same function."""
+def test_no_file_of_the_course_uses_a_removed_alias():
+    """Notebooks, tests, pages and the package name each module by its path in its role."""
+    root = os.path.dirname(PACKAGE)
+    found, seen = [], 0
+    for top in ("grader", "notebooks", "source", "release", "tests", "docs", "deploy", "README.md"):
+        for folder, dirs, files in os.walk(os.path.join(root, top)) if top != "README.md" \
+                else [(root, [], ["README.md"])]:
+            dirs[:] = [d for d in dirs if d not in ("artifacts", "__pycache__", ".ipynb_checkpoints")]
+            for name in files:
+                path = os.path.join(folder, name)
+                if not name.endswith((".py", ".ipynb", ".md")) or path == os.path.abspath(__file__):
+                    continue
+                seen += 1
+                for number, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if m := _OLD_NAME.search(line):
+                        found.append(f"{os.path.relpath(path, root)}:{number}: {m.group(0)}")
+    assert seen > 50, "the scan sees no course files"
+    assert not found, "import the module by its path (" + ", ".join(
+        f"grader.{old} -> {new}" for old, new in REMOVED_ALIASES.items()) + "):\n" + "\n".join(found)
+
+
+def test_the_package_top_exports_the_checks_own_objects():
+    """``from grader import graph_break_report`` names :func:`grader.checks.breaks.graph_break_report`."""
     for module, names in grader._EXPORTS.items():
-        if module in ALIASES:
-            alias = importlib.import_module(f"grader.{module}")
-            assert set(names) <= set(alias.__all__), (module, set(names) - set(alias.__all__))
+        for name in names:
+            assert getattr(grader, name) is getattr(
+                importlib.import_module(f"grader.checks.{module}"), name), (module, name)
+    assert _OLD_NAME.search("from grader.check import check") and \
+        _OLD_NAME.search("from grader import chapters as ch") and \
+        not _OLD_NAME.search("from grader.checks import breaks")
 
 
 def _module_graph() -> dict[str, set[str]]:
     """grader module -> the grader modules it imports (at any depth: a function-level import is
-    an edge too). ``from grader.cohort import files`` is an edge to ``grader.cohort.files``."""
+    an edge too). ``from grader.cohort import merge`` is an edge to ``grader.cohort.merge``."""
     found = dict((module, path) for path, module in _modules())
     graph: dict[str, set[str]] = {module: set() for module in found}
     for module, path in found.items():
@@ -173,23 +184,40 @@ def test_no_module_imports_another_that_imports_it_back():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def _spelled(pattern: str, outside: str, keep: set[str] | None = None) -> list[str]:
+    """``module:line: string`` for every string ``pattern`` (one group) finds in a module of the
+    package other than ``outside`` (only those in ``keep``, when given)."""
+    found = []
+    for path, module in _modules():
+        if module == outside:
+            continue
+        for number, line in enumerate(open(path, encoding="utf-8"), 1):
+            found += [f"{module}:{number}: {name}" for name in re.findall(pattern, line)
+                      if keep is None or name in keep]
+    return found
+
+
 def test_every_environment_variable_is_named_in_one_module():
     """Modules read and set the course's environment variables through grader._environment, where
     each is named with its meaning; no other module spells a COURSE_ string."""
-    import re
-
     from grader import _environment
 
-    spelled = []
-    for path, module in _modules():
-        if module == "grader._environment":
-            continue
-        for number, line in enumerate(open(path, encoding="utf-8"), 1):
-            for name in re.findall(r"[\"'](COURSE_[A-Z_]+)[\"']", line):
-                spelled.append(f"{module}:{number}: {name}")
+    spelled = _spelled(r"[\"'](COURSE_[A-Z_]+)[\"']", outside="grader._environment")
     assert not spelled, "\n".join(spelled)
     assert all(value.startswith("COURSE_") for value in _environment.ALL.values())
     assert len(set(_environment.ALL.values())) == len(_environment.ALL)
+
+
+def test_every_file_name_is_spelled_in_one_module():
+    """Modules name the grader's files through grader._files (``files.GRADEBOOK``); no other
+    module spells one of its file names as a string."""
+    from grader import _files
+
+    names = {value for key, value in vars(_files).items()
+             if key.isupper() and isinstance(value, str) and "." in value}
+    assert {"gradebook.db", "judged-scores.json", "nbgrader_config.py"} <= names, names
+    spelled = _spelled(r"[\"']([\w.-]+\.\w+)[\"']", outside="grader._files", keep=names)
+    assert not spelled, "\n".join(spelled)
 
 
 LONG_MODULE_LINES = 420   # "no module over ~400 lines without a reason written at its top"

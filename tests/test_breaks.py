@@ -11,7 +11,7 @@ import torch
 
 import models
 from grader.checks import _torch_internals as ti
-from grader import breaks
+from grader.checks import breaks
 from grader.checks.breaks import classify, fullgraph_check, graph_break_report
 
 CASE_IDS = [cause for _, _, cause in models.BREAK_CASES]

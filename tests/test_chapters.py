@@ -14,7 +14,7 @@ import re
 import nbformat
 import pytest
 
-from grader import chapters
+from grader.course import chapters
 from grader.tools.gpu_check_chapters import chapter_paths, execute_chapter, run_all
 
 SIZE = os.environ.get("COURSE_SIZE", "ci")
@@ -143,7 +143,7 @@ def test_gpu_check_runner_writes_the_table(tmp_path):
     """The runner behind `make gpu-check`, on a one-cell notebook (the real chapters are run above)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(
-        "from grader import chapters as ch\n"
+        "from grader.course import chapters as ch\n"
         "ch.record('ch0', 'smoke speedup', 1.5, 'about 1.2x')\n"
         "print(ch.SIZE)")]
     path = tmp_path / "00_smoke.ipynb"
@@ -468,7 +468,7 @@ def test_a_bad_course_size_warns_and_the_chapters_still_import():
 
     env = {**os.environ, "COURSE_SIZE": "huge"}
     out = subprocess.run([sys.executable, "-W", "always", "-c",
-                          "from grader import chapters as ch; print(ch.SIZE)"],
+                          "from grader.course import chapters as ch; print(ch.SIZE)"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in ("small", "full") and "COURSE_SIZE='huge'" in out.stderr

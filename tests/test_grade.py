@@ -16,7 +16,7 @@ import time
 import pytest
 
 from grader.cohort import assign, demo
-from grader.cohort.files import MARKER
+from grader._files import MARKER
 from grader.cohort.grade import grade, exit_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,8 @@ import os
 import nbformat
 import pytest
 
-from grader.cohort import demo, files
+from grader import _files as files
+from grader.cohort import demo
 from grader.cohort.collect import Submission
 from grader.cohort.judged_autograde import SAVED_OUTPUT_NOTE, WHILE_GRADING, autograde
 from grader.cohort.merge import merge

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import notebook_solutions as sol
-from grader import chapters as ch
+from grader.course import chapters as ch
 from grader.checks import _torch_internals as ti
 from grader.cohort.demo import expected_scores
 from grader.isolation.check import Evaluation, job_for, score_cell

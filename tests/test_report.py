@@ -4,7 +4,7 @@ import os
 from types import SimpleNamespace
 
 from grader.cohort import report
-from grader.cohort.files import RESULTS_FILE
+from grader._files import RESULTS_FILE
 
 
 def _submission(course, student, result, score, seconds=9.0):

@@ -105,7 +105,7 @@ def test_fresh_inductor_cache_uses_a_temporary_dir():
 
 def test_run_and_get_code_and_kernel_sources():
     """The one Inductor compile of this file: a fresh cache, one fused kernel, its C++ code."""
-    from grader import fusion
+    from grader.checks import fusion
 
     def chain(x):
         return (x.sin() + 1).relu()

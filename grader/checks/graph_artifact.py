@@ -486,13 +486,6 @@ class LoadedGraph:
                                params, buffers, training)
         return model.to(device).train(training)
 
-    @property
-    def operator_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for name in self.operators:
-            counts[name] = counts.get(name, 0) + 1
-        return counts
-
 
 def _tensor(value, blob: bytes) -> torch.Tensor:
     t = decode(value, blob)

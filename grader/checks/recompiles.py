@@ -126,6 +126,48 @@ class RecompileReport:
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
 
 
+class CompileCounter:
+    """A ``torch.compile`` backend that counts the graphs Dynamo hands it and passes each on to
+    a real backend (default ``"inductor"``): the course's one compile counter (the recompile
+    check and the chapters both count with it).
+
+    ``graphs`` is the number of compiles; ``inputs`` the shapes of each graph's tensor inputs,
+    as Dynamo saw them (a symbol such as ``s77`` is a dynamic size).
+
+    Torch's own (``torch._dynamo.testing.CompileCounterWithBackend``) counts before calling the
+    backend and keeps every graph alive; this one counts only compiles that finished and keeps
+    only the shapes.
+
+    >>> counter = CompileCounter()
+    >>> f = torch.compile(fn, backend=counter); f(x); counter.graphs
+    """
+
+    def __init__(self, backend: str | Callable = "inductor") -> None:
+        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "__name__", "")
+        self._inner = ti.lookup_backend(backend) if isinstance(backend, str) else backend
+        self.graphs = 0
+        self.inputs: list[list[tuple]] = []
+
+    def __call__(self, gm, example_inputs):
+        compiled = self._inner(gm, example_inputs)
+        # counted only when the backend returns: a backend may raise to make Dynamo restart the
+        # analysis (e.g. to specialize a value), and then it is called again for the same compile
+        self.graphs += 1
+        self.inputs.append(graph_input_shapes(gm, example_inputs))
+        return compiled
+
+
+def graph_input_shapes(gm, example_inputs=()) -> list[tuple]:
+    """The shapes of a captured graph's tensor inputs as Dynamo traced them: a dynamic size is
+    a symbol (``s77``), a static one a number. Falls back to the example inputs' shapes."""
+    shapes = []
+    for node in gm.graph.nodes:
+        value = node.meta.get("example_value") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor):
+            shapes.append(tuple(int(str(s)) if str(s).isdigit() else str(s) for s in value.shape))
+    return shapes or [tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
+
+
 def _code_of(fn: Callable):
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     target = getattr(target, "__func__", target)
@@ -150,12 +192,7 @@ def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | No
     the recompile limit raises too (``hit_limit``). ``give_fix``: see :func:`explain_guard_failure`.
     """
     compiled_on: list[int] = []
-    graphs_this_call = [0]
-
-    def counting_backend(gm, example_inputs):
-        graphs_this_call[0] += 1
-        return gm.forward
-
+    counter = CompileCounter(backend)
     limit = ti.recompile_limit()
     failed_call, failure, limit_raised = None, "", False
     with ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
@@ -163,9 +200,9 @@ def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | No
         fresh = ti.fresh_copy(fn)
         code = _code_of(fresh)
         options = {"fullgraph": True} if fullgraph else {}
-        opt = ti.compile_isolated(fresh, backend=counting_backend, dynamic=dynamic, **options)
+        opt = ti.compile_isolated(fresh, backend=counter, dynamic=dynamic, **options)
         for i, args in enumerate(inputs):
-            graphs_this_call[0] = 0
+            graphs_before = counter.graphs
             try:
                 opt(*args)
             except Exception as exc:
@@ -175,7 +212,7 @@ def recompile_check(fn: Callable, inputs: Sequence[tuple], *, dynamic: bool | No
                 lines = str(exc).strip().splitlines()
                 failure = f"{type(exc).__name__}: {lines[0] if lines else ''}"
                 break
-            if graphs_this_call[0]:
+            if counter.graphs > graphs_before:
                 compiled_on.append(i)
     raw = ti.guard_failures_for(code, forget=True) if code is not None else []
     # Dynamo records one message per cache entry it tried (k recompiles leave k(k+1)/2 of

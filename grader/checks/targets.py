@@ -194,18 +194,6 @@ def _trial_seconds(comp: Comparison) -> float:
     return sum(sum(comp.seconds[n]) / len(comp.seconds[n]) for n in comp.names) * comp.reps
 
 
-def verdict_from_samples(samples: Mapping[str, Sequence[float]], target: SpeedTarget,
-                         dev_class: str, has_reference: bool,
-                         level: float) -> tuple[str, list[Condition]]:
-    """The verdict :func:`judge_speed` reaches on these per-trial timings ("baseline",
-    "learner" and, with a reference, "reference"), at the interval level of its last look."""
-    names = list(samples)
-    comp = Comparison(names, "baseline", {n: list(samples[n]) for n in names},
-                      {n: 0.0 for n in names}, 1, len(samples["baseline"]), "")
-    conds = _conditions(comp, target, dev_class, has_reference, level)
-    return _overall(conds), conds
-
-
 def job_totals(samples: Mapping[str, Sequence[float]], first_call_s: Mapping[str, float],
                calls: int) -> dict[str, float]:
     """Seconds for a job of ``calls`` calls each way: the first call (the cold compile) plus

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from typing import Iterable
 from grader._paths import REPO_ROOT
-from grader.cohort import files
+from grader import _files as files
 from grader import _environment as environment
 
 COURSE_ROOT = REPO_ROOT

@@ -15,7 +15,7 @@ import os
 import tempfile
 from typing import Iterator
 
-from grader.cohort import files
+from grader import _files as files
 from grader.cohort.collect import Submission
 from grader.checks.phases import Phases
 from grader.isolation import sandbox
@@ -68,7 +68,7 @@ def submitted_notebook(course: str, sub: Submission) -> str | None:
 def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
                 isolation: sandbox.Isolation, judge=None, device: str | None = None) -> Attempt:
     """Grade one submission: the judged points (no learner code here; ``judge`` decides them,
-    on ``device``), saved as :data:`grader.cohort.files.JUDGED_SCORES_FILE` in a new grading
+    on ``device``), saved as :data:`grader._files.JUDGED_SCORES_FILE` in a new grading
     folder. The attempt's ``phases`` hold the seconds of each step (each group of problems the
     judge graded, broken down by the judge) for ``make bench-grade``."""
     phases = Phases()

@@ -14,7 +14,8 @@ import hashlib
 import os
 from typing import Callable
 
-from grader.cohort import assign, files
+from grader import _files as files
+from grader.cohort import assign
 
 
 @dataclasses.dataclass

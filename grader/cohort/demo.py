@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 
-from grader.cohort import files
+from grader import _files as files
 
 PERSONAS = {
     "ada_full": "full solution",
@@ -250,7 +250,7 @@ def _held_for_review(run, outcome) -> bool:
     """Whether some of the submission's cells are held for a person (an undecided verdict: a
     noisy machine's inconclusive speed, or a ps3 job within the measured spread): it scores less
     until then, which is the grader doing its job, not a wrong score. make grade says so."""
-    from grader.cohort import files
+    from grader import _files as files
     from grader.cohort.scoring import JudgedScores
 
     sub = outcome.submission

@@ -49,7 +49,8 @@ import time
 from typing import Iterator
 
 from grader._paths import grader_fingerprint
-from grader.cohort import files, ray_address
+from grader import _files as files
+from grader.cohort import ray_address
 from grader.cohort.attempt import Attempt, AttemptSettings, device_for, gpu_count, run_attempt
 from grader.cohort.collect import Submission
 from grader.isolation.sandbox import pack_folder, unpack_folder

@@ -54,7 +54,7 @@ import os
 import re
 import zipfile
 
-from grader.cohort import files
+from grader import _files as files
 
 IDENTITY_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 # Canvas's own export writes the label with leading spaces; its import looks for the words.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import html
 import os
 
-from grader.cohort import assign, files
+from grader import _files as files
+from grader.cohort import assign
 from grader.cohort.merge import Graded
 
 # nbgrader's feedback shows outputs in <pre> blocks that keep each line on one line: a verdict

@@ -22,7 +22,7 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
     write_report       grader.cohort.report: reports/report.html
     summarize          what was graded, and where everything is
 
-Every file name is in :mod:`grader.cohort.files`.
+Every file name is in :mod:`grader._files`.
 
 Trust: points are decided by processes that never run learner code: the judged scoring
 (:mod:`grader.cohort.scoring`) reads and screens the solution cells, a judge process
@@ -45,7 +45,8 @@ import tempfile
 import time
 import warnings
 
-from grader.cohort import assign, files
+from grader import _files as files
+from grader.cohort import assign
 from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)

@@ -55,18 +55,16 @@ import time
 import zipfile
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
+from grader import _files as files
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
 
 COURSE_ROOT = REPO_ROOT
 DEFAULT_ROOT = "/autograder"
 ROOT_ENV = "AUTOGRADER_ROOT"
-CONFIG_FILE = "gradescope.json"
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 HIDDEN_TESTS_MARKER = "### BEGIN HIDDEN TESTS"   # nbgrader's marker
 # CPU wheels: Gradescope's machines have no GPU, and the CUDA wheels are gigabytes.
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-# Figures of `python -m grader.cli bench-gradescope --save`, read for the zip's README.
-MEASURED_FILE = "gradescope_measured.json"
 DEADLINE_ENV = environment.AUTOGRADER_DEADLINE_S
 # Gradescope's default time limit ("We have a default overall timeout of 10 minutes",
 # gradescope-autograders.readthedocs.io, Troubleshooting), and what run_autograder keeps back
@@ -160,17 +158,17 @@ def setup_sh(torch_pins: str) -> str:
 
 def _course_files(course: str, assignment: str) -> list[tuple[str, str]]:
     """(path on disk, path in the zip) of the course part of the autograder."""
-    files = [(os.path.join(course, "pyproject.toml"), "course/pyproject.toml"),
+    found = [(os.path.join(course, "pyproject.toml"), "course/pyproject.toml"),
              (os.path.join(course, "README.md"), "course/README.md")]   # pyproject's readme
-    for folder in ("grader", os.path.join("source", assignment)):
+    for folder in ("grader", os.path.join(files.SOURCE, assignment)):
         for root, dirs, names in os.walk(os.path.join(course, folder)):
             dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".ipynb_checkpoints"))
             for name in sorted(names):
                 if name.endswith((".pyc", ".pyo")):
                     continue
                 path = os.path.join(root, name)
-                files.append((path, "course/" + os.path.relpath(path, course).replace(os.sep, "/")))
-    return files
+                found.append((path, "course/" + os.path.relpath(path, course).replace(os.sep, "/")))
+    return found
 
 
 def _write_executable(zf: zipfile.ZipFile, name: str, text: str) -> None:
@@ -185,7 +183,8 @@ def measured(assignment: str) -> dict | None:
     (``wall_s``, ``peak_rss_mb``, ``cpus``, ``date``, and the run's ``command`` and ``machine``),
     or None."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), MEASURED_FILE)) as fh:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                               files.GRADESCOPE_MEASURED)) as fh:
             saved = json.load(fh)
     except (OSError, ValueError):
         return None
@@ -304,7 +303,7 @@ def build_autograder(assignment: str, out: str | None = None, course: str = COUR
     :func:`default_time_limit_s`); ``run_autograder`` stops itself ``DEADLINE_MARGIN_S`` before
     it. Raises
     ``FileNotFoundError`` when ``source/ASSIGNMENT/`` has no notebook."""
-    folder = os.path.join(course, "source", assignment)
+    folder = os.path.join(course, files.SOURCE, assignment)
     if not os.path.isdir(folder) or not any(n.endswith(".ipynb") for n in os.listdir(folder)):
         raise FileNotFoundError(f"no instructor notebook in source/{assignment}/ of {course}")
     from grader.problems import test_cells
@@ -321,7 +320,7 @@ def build_autograder(assignment: str, out: str | None = None, course: str = COUR
         _write_executable(zf, "run_autograder", RUN_AUTOGRADER.format())
         for path, name in _course_files(course, assignment):
             zf.write(path, name)
-        zf.writestr(f"course/{CONFIG_FILE}", json.dumps(config, indent=1) + "\n")
+        zf.writestr(f"course/{files.GRADESCOPE_CONFIG}", json.dumps(config, indent=1) + "\n")
     return out
 
 
@@ -329,7 +328,7 @@ def build_autograder(assignment: str, out: str | None = None, course: str = COUR
 # Grading one submission
 
 def _source_notebook(course: str, assignment: str) -> str:
-    folder = os.path.join(course, "source", assignment)
+    folder = os.path.join(course, files.SOURCE, assignment)
     names = sorted(n for n in os.listdir(folder) if n.endswith(".ipynb"))
     if not names:
         raise FileNotFoundError(f"no notebook in {folder}")
@@ -500,14 +499,14 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
     started = time.monotonic()
     root = root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
     course = course or os.path.join(root, "source", "course")
-    with open(os.path.join(course, CONFIG_FILE)) as fh:
+    with open(os.path.join(course, files.GRADESCOPE_CONFIG)) as fh:
         config = json.load(fh)
     assignment = assignment or config["assignment"]
     if deadline_s is None:
         deadline_s = float(os.environ.get(DEADLINE_ENV) or config.get("deadline_s") or 0)
     out_dir = os.path.join(root, "results")
     os.makedirs(out_dir, exist_ok=True)
-    out_path = os.path.join(out_dir, "results.json")
+    out_path = os.path.join(out_dir, files.GRADESCOPE_RESULTS)
     state = {"result": None, "notebook": "", "isolation": "", "stopping": False, "written": None}
 
     def write(failure: str = "", pending: str = "") -> dict:
@@ -547,10 +546,10 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
         isolation = sandbox_mod.probe(sandbox)
         state["isolation"] = isolation.describe()
         print(f"isolation of learner code: {isolation.describe()}", flush=True)
-        if os.geteuid() == 0 and os.path.isdir(os.path.join(course, "source")):
+        if os.geteuid() == 0 and os.path.isdir(os.path.join(course, files.SOURCE)):
             # Only the judge (this user) reads the reference solution; learner code, which runs
             # under an unprivileged user id without bubblewrap, cannot enter the folder.
-            os.chmod(os.path.join(course, "source"), 0o700)
+            os.chmod(os.path.join(course, files.SOURCE), 0o700)
         screen = "gradescope" not in os.environ.get(environment.UNSCREENED_FOR_TESTS,
                                                     "").split(",")
         expected = os.path.basename(_source_notebook(course, assignment))
@@ -603,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                         "README recommends for the set, from its measured figures; Gradescope's "
                         f"{GRADESCOPE_DEFAULT_TIMEOUT_S} s for a set not measured); "
                         f"run_autograder stops itself {DEADLINE_MARGIN_S} s before it and writes "
-                        "results.json")
+                        f"{files.GRADESCOPE_RESULTS}")
     p = sub.add_parser("run", help="grade ROOT/submission/ into ROOT/results/results.json")
     p.add_argument("--root", default=None, help=f"default: ${ROOT_ENV} or {DEFAULT_ROOT}")
     p.add_argument("--assignment", default=None)
@@ -624,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stdout)
         root = args.root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
         os.makedirs(os.path.join(root, "results"), exist_ok=True)
-        _write_json(os.path.join(root, "results", "results.json"), {
+        _write_json(os.path.join(root, "results", files.GRADESCOPE_RESULTS), {
             "score": 0.0, "stdout_visibility": "hidden", "tests": [],
             "output": f"The autograder could not start ({type(exc).__name__}: {str(exc)[:300]}); "
                       "this is not a verdict on your code: tell your instructor.",

@@ -43,7 +43,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from grader.cohort import files
+from grader import _files as files
 from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
@@ -167,9 +167,9 @@ def autograde_steps() -> list:
 
 def autograde(course: str, sub: Submission, folder: str) -> str | None:
     """nbgrader's autograde of ``sub`` in ``folder``, which holds its judged scores
-    (:data:`grader.cohort.files.JUDGED_SCORES_FILE`): a grading copy of ``course`` is made there
+    (:data:`grader._files.JUDGED_SCORES_FILE`): a grading copy of ``course`` is made there
     (its ``nbgrader_config.py`` and gradebook, the set's ``source/``, the submission), then graded;
-    nbgrader's log goes to :data:`grader.cohort.files.AUTOGRADE_LOG`. Returns why it could not be
+    nbgrader's log goes to :data:`grader._files.AUTOGRADE_LOG`. Returns why it could not be
     graded, or None."""
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory

@@ -2,7 +2,7 @@
 ``autograded/``, from the main process only (the single writer).
 
 Each merge runs in one transaction and ends by writing the submission's marker
-(:data:`grader.cohort.files.MARKER`): a killed run loses nothing that was merged, and the next
+(:data:`grader._files.MARKER`): a killed run loses nothing that was merged, and the next
 run skips what is marked and unchanged (:func:`already_graded`). Re-grading updates a
 submission's automatic grades in place: nothing is counted twice, and a grader's manual scores
 and comments are kept (as nbgrader's own autograde keeps them).
@@ -17,7 +17,7 @@ import re
 import shutil
 import warnings
 
-from grader.cohort import files
+from grader import _files as files
 from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
 

@@ -9,7 +9,7 @@ import io
 import os
 from typing import NamedTuple
 
-from grader.cohort import files
+from grader import _files as files
 from grader.cohort.scoring import JudgedScores, yardstick
 
 

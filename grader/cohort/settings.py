@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
-from grader.cohort import files
+from grader import _files as files
 
 
 def setting(default: Any, help: str, *, make: str, flag: str | None = None,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from grader import _environment as environment
 
 REPO_URL = "https://github.com/torch-compile-course/torch-compile-course"
-RELEASE = "v0.1.0"   # a git tag (or commit) of REPO_URL: "v" + pyproject.toml's version
+RELEASE = "v0.2.0"   # a git tag (or commit) of REPO_URL: "v" + pyproject.toml's version
 PIP_SOURCE = f"git+{REPO_URL}.git@{RELEASE}"
 
 INSTALL_CELL_TAG = "course-setup"

@@ -1,4 +1,4 @@
-"""Housekeeping for the course's notebooks: the shared setup cell, and clean-in-git checks."""
+"""Housekeeping for the course's notebooks: where they are, and the shared setup cell in each."""
 from __future__ import annotations
 
 import glob
@@ -27,24 +27,6 @@ def course_notebooks(root: str | None = None) -> list[str]:
 def _source(cell: dict) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
-
-
-def dirty_cells(path: str) -> list[str]:
-    """Why ``path`` is not clean for git (outputs, execution counts, unreadable); [] if clean."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            nb = json.load(fh)
-    except (OSError, ValueError) as exc:
-        return [f"not a readable notebook: {exc}"]
-    problems = []
-    for number, cell in enumerate(nb.get("cells", []), start=1):
-        if cell.get("cell_type") != "code":
-            continue
-        if cell.get("outputs"):
-            problems.append(f"cell {number} has outputs")
-        if cell.get("execution_count") is not None:
-            problems.append(f"cell {number} has an execution count")
-    return problems
 
 
 def setup_cell_ok(path: str) -> bool:

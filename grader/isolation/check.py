@@ -1,7 +1,7 @@
 """Check a learner's solution to a problem: the API that test cells and self-check call.
 
 >>> from grader.problems.ps1 import *
->>> from grader.check import check, run_test
+>>> from grader.isolation.check import check, run_test
 >>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
 >>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 
@@ -34,6 +34,7 @@ from grader.problems import GRAPH_CHECKS, Problem, TestCell, get_problem, public
 from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
 from grader.isolation.source import Cell, cells_defining, solution_cells
 from grader import _environment as environment
+from grader import _files as files
 
 _RESULTS: dict[str, "Evaluation"] = {}
 
@@ -230,7 +231,7 @@ def find_course_root(start: str | None = None) -> str | None:
         return os.environ[environment.ROOT]
     here = os.path.abspath(start or os.getcwd())
     while True:
-        if os.path.exists(os.path.join(here, "nbgrader_config.py")):
+        if os.path.exists(os.path.join(here, files.NBGRADER_CONFIG)):
             return here
         parent = os.path.dirname(here)
         if parent == here:
@@ -244,7 +245,7 @@ def reference_cells(problem: Problem, course_root: str | None = None) -> list[Ce
     root = course_root or find_course_root()
     if root is None:
         return None
-    folder = os.path.join(root, "source", problem.assignment)
+    folder = os.path.join(root, files.SOURCE, problem.assignment)
     if not os.path.isdir(folder):
         return None
     for name in sorted(os.listdir(folder)):

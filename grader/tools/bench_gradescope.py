@@ -33,7 +33,8 @@ import time
 import zipfile
 
 from grader._paths import REPO_ROOT
-from grader.cohort.gradescope import MEASURED_FILE, build_autograder, installed_torch_pins
+from grader import _files as files
+from grader.cohort.gradescope import build_autograder, installed_torch_pins
 from grader import _environment as environment
 from grader.checks.tables import markdown_table
 
@@ -123,7 +124,7 @@ def measure(assignment: str, *, cpus: int | None = None, interval: float = 0.1,
             time.sleep(interval)
         wall = time.monotonic() - started
         reader.join(10)
-        with open(os.path.join(root, "results", "results.json")) as fh:
+        with open(os.path.join(root, "results", files.GRADESCOPE_RESULTS)) as fh:
             results = json.load(fh)
         return {"assignment": assignment, "wall_s": round(wall, 1),
                 "peak_rss_mb": round(peak / 2**20), "cpus": len(cores) if cores else os.cpu_count(),
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between samples")
     parser.add_argument("--sandbox", choices=["auto", "bwrap", "kernel", "off"], default="auto")
     parser.add_argument("--save", action="store_true",
-                        help=f"write the figures to grader/cohort/{MEASURED_FILE} for the zip's README")
+                        help=f"write the figures to grader/cohort/{files.GRADESCOPE_MEASURED} for the zip's README")
     args = parser.parse_args(argv)
     sets = args.assignment or assignments(REPO_ROOT)
     rows = []
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {about['torch']}; isolation: {about['isolation']})")
     print(table(rows))
     if args.save:
-        path = os.path.join(REPO_ROOT, "grader", "cohort", MEASURED_FILE)
+        path = os.path.join(REPO_ROOT, "grader", "cohort", files.GRADESCOPE_MEASURED)
         try:
             with open(path) as fh:
                 saved = json.load(fh)

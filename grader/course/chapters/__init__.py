@@ -1,7 +1,7 @@
 """Helpers for the chapter notebooks (``notebooks/``): size switch, progress, plots, records.
 
-The chapters import this module (``from grader import chapters as ch``) instead of copying code
-into cells. Nothing here grades anything; measuring goes through :mod:`grader.checks.timing`, kernel
+The chapters import this module (``from grader.course import chapters as ch``) instead of copying
+code into cells. Nothing here grades anything; measuring goes through :mod:`grader.checks.timing`, kernel
 counts through :mod:`grader.checks.fusion`, and private torch APIs through :mod:`grader.checks._torch_internals`.
 
 Size switch
@@ -21,7 +21,8 @@ so ``ch.NAME`` works for all of them:
 - :mod:`~grader.course.chapters.roofline`: bandwidth, compute, FLOPs, the roofline, break-even
   (and ps3's job figures, :func:`measure_modes`, measured as ps3's judge measures them);
 - :mod:`~grader.course.chapters.records`: :func:`record`, :func:`claims_table`;
-- :mod:`~grader.course.chapters.dynamic`: compile counters, marking dynamic, padding, shape sweeps
+- :mod:`~grader.course.chapters.dynamic`: compile counts (the recompile check's
+  :class:`~grader.checks.recompiles.CompileCounter`), marking dynamic, padding, shape sweeps
   (chapter 6);
 - :mod:`~grader.course.chapters.training`: AOT graphs, saved tensors, peak memory (chapter 7);
 - :mod:`~grader.course.chapters.compile_time`: fresh processes, caches, tlparse (chapter 8);

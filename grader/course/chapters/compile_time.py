@@ -1,7 +1,7 @@
 """Compile time and debugging (chapter 8).
 
-Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader import chapters
-as ch``, which re-exports every public name of these modules)."""
+Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader.course import
+chapters as ch``, which re-exports every public name of these modules)."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """Size switch, device, progress, caches; generated code.
 
-Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader import chapters
-as ch``, which re-exports every public name of these modules)."""
+Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader.course import
+chapters as ch``, which re-exports every public name of these modules)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,7 +1,7 @@
 """When compiled code is wrong, crashes or is slow (chapter 9; problem set 7).
 
-Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader import chapters
-as ch``, which re-exports every public name of these modules)."""
+Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader.course import
+chapters as ch``, which re-exports every public name of these modules)."""
 from __future__ import annotations
 
 import contextlib

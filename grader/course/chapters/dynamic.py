@@ -1,7 +1,7 @@
 """Dynamic shapes and recompiles (chapter 6).
 
-Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader import chapters
-as ch``, which re-exports every public name of these modules)."""
+Part of :mod:`grader.course.chapters` (the chapters import it as ``from grader.course import
+chapters as ch``, which re-exports every public name of these modules)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,43 +10,8 @@ from typing import Callable, Sequence
 import torch
 
 from grader.checks import _torch_internals as ti
+from grader.checks.recompiles import CompileCounter, graph_input_shapes  # noqa: F401 (ch.CompileCounter)
 from grader.course.chapters.core import DEVICE, pick, progress, quiet, trials
-
-class CompileCounter:
-    """A ``torch.compile`` backend that counts the graphs Dynamo hands it and passes each on to
-    a real backend (default ``"inductor"``).
-
-    ``graphs`` is the number of compiles; ``inputs`` the shapes of each graph's tensor inputs,
-    as Dynamo saw them (a symbol such as ``s77`` is a dynamic size).
-
-    >>> counter = ch.CompileCounter()
-    >>> f = torch.compile(fn, backend=counter); f(x); counter.graphs
-    """
-
-    def __init__(self, backend: str | Callable = "inductor") -> None:
-        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "__name__", "")
-        self._inner = ti.lookup_backend(backend) if isinstance(backend, str) else backend
-        self.graphs = 0
-        self.inputs: list[list[tuple]] = []
-
-    def __call__(self, gm, example_inputs):
-        compiled = self._inner(gm, example_inputs)
-        # counted only when the backend returns: a backend may raise to make Dynamo restart the
-        # analysis (e.g. to specialize a value), and then it is called again for the same compile
-        self.graphs += 1
-        self.inputs.append(graph_input_shapes(gm, example_inputs))
-        return compiled
-
-
-def graph_input_shapes(gm, example_inputs=()) -> list[tuple]:
-    """The shapes of a captured graph's tensor inputs as Dynamo traced them: a dynamic size is
-    a symbol (``s77``), a static one a number. Falls back to the example inputs' shapes."""
-    shapes = []
-    for node in gm.graph.nodes:
-        value = node.meta.get("example_value") if node.op == "placeholder" else None
-        if isinstance(value, torch.Tensor):
-            shapes.append(tuple(int(str(s)) if str(s).isdigit() else str(s) for s in value.shape))
-    return shapes or [tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
 
 
 def compile_counted(fn: Callable, backend: str | Callable = "inductor",

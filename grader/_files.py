@@ -1,4 +1,5 @@
-"""Every file and folder name the cohort grader reads or writes, in one place.
+"""Every file and folder name the grader reads or writes, in one place: every role imports it
+(``from grader import _files as files``), as it imports :mod:`grader._paths`.
 
 A course folder (nbgrader's layout) after ``make grade``::
 
@@ -45,6 +46,11 @@ NOT_GRADED_PAGE = "NOT_GRADED.html"
 GRADES_CSV = "grades.csv"
 CANVAS_CSV = "canvas.csv"
 REPORT_HTML = "report.html"
+
+# Gradescope's autograder (grader/cohort/gradescope.py).
+GRADESCOPE_CONFIG = "gradescope.json"           # in the zip's course/: the assignment, its deadline
+GRADESCOPE_MEASURED = "gradescope_measured.json"  # beside gradescope.py: `bench-gradescope --save`
+GRADESCOPE_RESULTS = "results.json"             # what Gradescope reads, in ROOT/results/
 
 # One submission's grading copy.
 JUDGED_SCORES_FILE = "judged-scores.json"       # the points and verdicts the judge decided
