@@ -831,3 +831,25 @@ def cudagraph_skips() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["inductor"]["cudagraph_skips"])
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.library: a custom operator's registration (ps8)
+
+def custom_op_registration(qualname: str) -> dict | None:
+    """What ``torch.library.custom_op`` / ``register_fake`` / ``register_autograd`` registered
+    for the operator ``qualname`` ("ps8::rms_pool") in this process: ``{"fake", "setup_context",
+    "backward"}`` (each a function, or None where nothing was registered), or None when no
+    operator of that name was made with ``torch.library.custom_op``.
+
+    torch keeps them on the operator's ``CustomOpDef`` (``torch._library.custom_ops.OPDEFS``,
+    attributes ``_abstract_fn``, ``_setup_context_fn``, ``_backward_fn``: the same names in 2.8
+    and 2.14); there is no public way to read them back."""
+    from torch._library import custom_ops
+
+    opdef = custom_ops.OPDEFS.get(qualname)
+    if opdef is None:
+        return None
+    return {"fake": getattr(opdef, "_abstract_fn", None),
+            "setup_context": getattr(opdef, "_setup_context_fn", None),
+            "backward": getattr(opdef, "_backward_fn", None)}
