@@ -211,9 +211,10 @@ _TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Ass
               ast.AnnAssign, ast.AugAssign, ast.Pass)
 
 
-# Statements a solution cell may hold besides definitions: registering a custom operator's fake
-# implementation or autograd formula (``op.register_autograd(backward, setup_context=...)``, or
-# ``torch.library.register_autograd("ns::op", ...)``), the only way to give ``setup_context``.
+# Statements a solution cell may hold besides definitions: registering the fake implementation or
+# autograd formula of a custom operator the cell made (``op.register_autograd(backward,
+# setup_context=...)``: it has no decorator form with ``setup_context``). The ``torch.library``
+# functions stay refused: they register code behind any operator's name.
 REGISTRATION_CALLS = frozenset({"register_fake", "register_autograd"})
 
 
@@ -224,8 +225,7 @@ def _is_registration(stmt: ast.stmt) -> bool:
     func = stmt.value.func
     if not (isinstance(func, ast.Attribute) and func.attr in REGISTRATION_CALLS):
         return False
-    owner = _dotted(func.value)
-    return owner == "torch.library" or (isinstance(func.value, ast.Name) and owner is not None)
+    return isinstance(func.value, ast.Name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,7 +29,7 @@ from grader.checks.targets import SpeedTarget
 from grader.problems import Problem, TestCell
 
 __all__ = ["SignalModel", "rms_pool", "make_inputs", "odd_inputs", "example_inputs", "torch",
-           "nn", "np", "FEATURES", "DIM", "OUTPUTS", "BATCH", "STEPS", "EPS"]
+           "nn", "FEATURES", "DIM", "OUTPUTS", "BATCH", "STEPS", "EPS"]
 
 FEATURES, DIM, OUTPUTS = 16, 64, 8
 BATCH, STEPS = 16, 64          # STEPS: time steps of a window (the odd class has one fewer)
