@@ -170,7 +170,7 @@ def _register(spec: OpSpec, fake: Callable | None, backward: Callable | None):
         op.register_fake(fake)
     if backward is not None:
         def setup_context(ctx, inputs, output):
-            ctx.save_for_backward(inputs[0], output)
+            ctx.save_for_backward(*inputs, output)   # x, then the library's output
 
         def run_backward(ctx, grad):
             x, y = ctx.saved_tensors
