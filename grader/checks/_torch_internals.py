@@ -843,8 +843,9 @@ def custom_op_registration(qualname: str) -> dict | None:
     operator of that name was made with ``torch.library.custom_op``.
 
     torch keeps them on the operator's ``CustomOpDef`` (``torch._library.custom_ops.OPDEFS``,
-    attributes ``_abstract_fn``, ``_setup_context_fn``, ``_backward_fn``: the same names in 2.8
-    and 2.14); there is no public way to read them back."""
+    attributes ``_abstract_fn``, ``_setup_context_fn``, ``_backward_fn``, read in 2.14.1's source;
+    not yet run on 2.8: ``tests/test_torch_internals.py`` fails there if they moved); there is no
+    public way to read them back."""
     from torch._library import custom_ops
 
     opdef = custom_ops.OPDEFS.get(qualname)
