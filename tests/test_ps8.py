@@ -206,3 +206,21 @@ def test_demo_personas_score_what_demo_expected_says(judge, persona):
     if persona == "wrong":   # the fake's error is named, with the odd shape it is wrong on
         message = results["ps8.q1"]["checks"]["custom_op"]["message"]
         assert f"[{ps8.BATCH}, {ps8.DIM}, {ps8.STEPS - 1}]" in message and "DISAGREES" in message
+
+
+def test_a_backward_beyond_the_graders_bounds_is_refused_before_it_runs():
+    """The learner's graphs are run by the judge only within graph_artifact's bounds: a formula
+    that makes a tensor of 10^10 elements is refused on the model's shapes, never allocated."""
+    @torch.library.custom_op("ps8huge::rms_pool", mutates_args=())
+    def huge(x: torch.Tensor) -> torch.Tensor:
+        return ps8.rms_pool(x)
+
+    huge.register_fake(lambda x: x.new_empty(*x.shape[:-1], (x.shape[-1] + 1) // 2))
+    huge.register_autograd(lambda ctx, grad: ctx.saved_tensors[0] * grad.new_zeros(
+        100_000, 100_000).sum(), setup_context=lambda ctx, inputs, output:
+        ctx.save_for_backward(inputs[0]))
+    spec = dataclasses.replace(ps8.RMS_POOL_OP, qualname="ps8huge::rms_pool")
+    packer = Packer()
+    rebuilt = custom_ops.rebuild(spec, custom_ops.registration_data(spec, packer), packer.blob())
+    assert rebuilt.backward is None and any("too large" in p for p in rebuilt.problems), \
+        rebuilt.problems

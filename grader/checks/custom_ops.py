@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import random
 from typing import Any, Callable
 
 import torch
@@ -149,6 +150,7 @@ class Rebuilt:
     schema: str = ""
     fake: Callable | None = None             # the learner's fake graph, rebuilt
     backward: Callable | None = None         # the learner's backward graph, rebuilt
+    graphs: dict = dataclasses.field(default_factory=dict)     # part -> its LoadedGraph
     problems: list = dataclasses.field(default_factory=list)   # what could not be rebuilt
 
 
@@ -190,9 +192,30 @@ def trusted_operators(spec: OpSpec) -> dict:
 _TRUSTED: dict = {}
 
 
-def _load(header: dict, blob: bytes) -> Callable:
+def _load(header: dict, blob: bytes):
     loaded = graph_artifact.load(header, blob, baseline=torch.nn.Module(), device="cpu")
-    return loaded.module(torch.nn.Module(), "cpu")
+    return loaded, loaded.module(torch.nn.Module(), "cpu")
+
+
+def _inputs(spec: OpSpec, part: str, shape: tuple[int, ...], gen: torch.Generator) -> tuple:
+    """What the ``part`` graph is called with on an input of ``shape``."""
+    x = torch.randn(shape, generator=gen)
+    if part == "fake":
+        return (x,)
+    y = spec.kernel(x)
+    return x, y, torch.randn(y.shape, generator=gen)
+
+
+def _bounded(spec: OpSpec, part: str, loaded, module, shape: tuple[int, ...]) -> str:
+    """'' when the ``part`` graph runs on fake inputs of ``shape`` within the grader's bounds
+    (no data-dependent shape, no tensor over the size limit), else why not: checked before it
+    runs for real."""
+    try:
+        graph_artifact.check_on(loaded, module, _inputs(spec, part, shape,
+                                                        torch.Generator().manual_seed(0)))
+    except graph_artifact.GraphRefused as exc:
+        return f"the grader will not run it on an input of shape {list(shape)}: {exc}"
+    return ""
 
 
 def rebuild(spec: OpSpec, reply: dict, blob: bytes) -> Rebuilt:
@@ -204,6 +227,7 @@ def rebuild(spec: OpSpec, reply: dict, blob: bytes) -> Rebuilt:
         return Rebuilt(None, problems=[str(why)[:400]])
     schema = str(reply.get("schema", ""))[:200]
     fake = backward = None
+    graphs: dict = {}
     for part in ("fake", "backward"):
         header = reply.get(part)
         if not isinstance(header, dict):
@@ -214,15 +238,23 @@ def rebuild(spec: OpSpec, reply: dict, blob: bytes) -> Rebuilt:
             # forward): it then calls the judge's own, the problem's kernel.
             with graph_artifact.extra_operators({spec.graph_name: trusted_operators(spec)[
                     spec.graph_name]}):
-                module = _load(header, blob)
+                loaded, module = _load(header, blob)
         except graph_artifact.GraphRefused as exc:
             problems.append(f"{part}: the grader will not run it: {exc}")
             continue
+        # Within bounds on the shapes the problem's model hands the operator (the judge's
+        # compile and runs of the model use it there), before anything runs for real.
+        why = next((w for w in (_bounded(spec, part, loaded, module, shape)
+                                for shape in spec.shapes(random.Random(0))[:2]) if w), "")
+        if why:
+            problems.append(f"{part}: {why}")
+            continue
+        graphs[part] = loaded
         if part == "fake":
             fake = module
         else:
             backward = module
-    return Rebuilt(_register(spec, fake, backward), schema, fake, backward, problems)
+    return Rebuilt(_register(spec, fake, backward), schema, fake, backward, graphs, problems)
 
 
 def _meta(t: torch.Tensor) -> torch.Tensor:
@@ -271,6 +303,10 @@ def check(spec: OpSpec, rebuilt: Rebuilt | None, shapes: list[tuple[int, ...]],
         if rebuilt.backward is not None:
             grad_y = torch.randn(want.shape, generator=gen)
             expected = spec.backward(x, want, grad_y)
+            why = _bounded(spec, "backward", rebuilt.graphs["backward"], rebuilt.backward, shape)
+            if why:
+                grad_lines.append(f"  your backward: {why}")
+                continue
             try:
                 with torch.no_grad():
                     got = rebuilt.backward(x, want, grad_y)
