@@ -158,7 +158,7 @@ def test_the_published_package_carries_no_answers():
 
     from grader.problems import get_problem, test_cells
     given = ""
-    for ps in ("ps1", "ps2", "ps3", "ps4", "ps5", "ps6", "ps7"):
+    for ps in ("ps1", "ps2", "ps3", "ps4", "ps5", "ps6", "ps7", "ps8"):
         for cell in test_cells(ps).values():
             for key in cell.problems:
                 model = get_problem(key).make_baseline("cpu")

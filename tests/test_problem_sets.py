@@ -20,7 +20,7 @@ import pytest
 from grader.cohort import assign
 
 ROOT = assign.COURSE_ROOT
-PROBLEM_SETS = ["ps1", "ps2", "ps3", "ps4", "ps5", "ps6", "ps7"]
+PROBLEM_SETS = ["ps1", "ps2", "ps3", "ps4", "ps5", "ps6", "ps7", "ps8"]
 
 
 def _nbgrader(*args: str) -> subprocess.CompletedProcess:

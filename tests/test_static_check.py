@@ -281,3 +281,19 @@ def test_the_namespace_modules_are_what_the_problem_sets_export():
         for name, value in namespace.items():
             if isinstance(value, types.ModuleType):
                 assert NAMESPACE_MODULES.get(name) == value.__name__, (ps, name)
+
+
+@pytest.mark.parametrize("source, ok", [
+    # A custom operator's autograd formula has no decorator form with setup_context (ps8).
+    ("op.register_autograd(backward, setup_context=save)\n", True),
+    # ... and nothing else rides on it: torch.library's functions (any operator's name), a call
+    # in an argument, another method, a call chain.
+    ("torch.library.register_autograd('aten::add', backward, setup_context=save)\n", False),
+    ("torch.library.register_fake('ps8::rms_pool', fake)\n", False),
+    ("op.register_autograd(print('x'), setup_context=save)\n", False),
+    ("op.register_kernel(backward)\n", False),
+    ("make().register_autograd(backward)\n", False),
+])
+def test_a_custom_operators_registration_may_stand_at_the_top_of_a_cell(source, ok):
+    why = refused(source)
+    assert (why == []) == ok, why

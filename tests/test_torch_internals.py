@@ -677,3 +677,28 @@ def test_aoti_package_round_trip_and_the_probes_of_chapter_11(tmp_path):
     if not torch.cuda.is_available():
         assert ti.has_triton() is False
     assert isinstance(ti.cpu_has_avx2(), bool)
+
+
+def test_custom_op_registration_reads_back_what_torch_library_registered():
+    """ps8: the fake and the autograd formula a custom operator was given (None where none)."""
+    @torch.library.custom_op("course_ti_test::double", mutates_args=())
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    assert ti.custom_op_registration("course_ti_test::double") == {
+        "fake": None, "setup_context": None, "backward": None}
+
+    def fake(x):
+        return torch.empty_like(x)
+
+    def setup(ctx, inputs, output):
+        pass
+
+    def backward(ctx, grad):
+        return grad * 2
+
+    double.register_fake(fake)
+    double.register_autograd(backward, setup_context=setup)
+    assert ti.custom_op_registration("course_ti_test::double") == {
+        "fake": fake, "setup_context": setup, "backward": backward}
+    assert ti.custom_op_registration("course_ti_test::absent") is None

@@ -879,3 +879,26 @@ def cpu_has_avx2() -> bool:
     import os
 
     return bool(torch.cpu._is_avx2_supported()) and os.getenv("ATEN_CPU_CAPABILITY") != "default"
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.library: a custom operator's registration (ps8)
+
+def custom_op_registration(qualname: str) -> dict | None:
+    """What ``torch.library.custom_op`` / ``register_fake`` / ``register_autograd`` registered
+    for the operator ``qualname`` ("ps8::rms_pool") in this process: ``{"fake", "setup_context",
+    "backward"}`` (each a function, or None where nothing was registered), or None when no
+    operator of that name was made with ``torch.library.custom_op``.
+
+    torch keeps them on the operator's ``CustomOpDef`` (``torch._library.custom_ops.OPDEFS``,
+    attributes ``_abstract_fn``, ``_setup_context_fn``, ``_backward_fn``, read in 2.14.1's source;
+    not yet run on 2.8: ``tests/test_torch_internals.py`` fails there if they moved); there is no
+    public way to read them back."""
+    from torch._library import custom_ops
+
+    opdef = custom_ops.OPDEFS.get(qualname)
+    if opdef is None:
+        return None
+    return {"fake": getattr(opdef, "_abstract_fn", None),
+            "setup_context": getattr(opdef, "_setup_context_fn", None),
+            "backward": getattr(opdef, "_backward_fn", None)}

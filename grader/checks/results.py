@@ -58,6 +58,10 @@ REGISTRY: tuple[Check, ...] = (
     # eagerly (ps7: code whose compiled result differs from its eager one).
     Check("compiled", "compiled with Inductor, matches eager"),
     Check("fusion", "kernel count"),
+    # A custom operator the learner registered (ps8), rebuilt by the judge around the problem's
+    # own kernel: its fake against the real output on every shape, its autograd formula against
+    # the library's gradient, and the model's graph calling it (grader.checks.custom_ops).
+    Check("custom_op", "the custom operator: fake and autograd agree with the library"),
     # ATen operators in the learner's captured graph, against the problem's bound: a Python loop
     # over rows that compiles once (padded to a fixed count) still puts a copy of its body in
     # the graph for every row (ps3 q2).

@@ -61,7 +61,7 @@ import traceback
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks import correctness, fusion, graph_artifact, targets
+from grader.checks import correctness, custom_ops, fusion, graph_artifact, targets
 from grader.checks.phases import Phases
 from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.checks.wire import Packer, ProtocolError, decode
@@ -74,7 +74,8 @@ from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, GraderFailed
 from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 
 DEFAULT_TIMEOUT_S = 300.0
-CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed")
+CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed",
+                          "custom_op")
 # What the learner reads when the grader itself failed (the traceback goes to the instructor).
 GRADER_FAILED = ("the grader itself failed while checking this problem ({what}): this is not a "
                  "verdict on your code; it is flagged for your instructor, who will grade it "
@@ -102,6 +103,10 @@ class Evidence:
     classes: dict = dataclasses.field(default_factory=dict)  # every input class: name -> inputs
     class_graphs: dict = dataclasses.field(default_factory=dict)  # name -> graph or why not
     traceback: str = ""                     # the grader's own failure, for the instructor
+    # A problem's custom operator (ps8), rebuilt by the judge from the learner's registration
+    # data around the problem's own kernel, and the graph name the learner's graphs call it by.
+    custom_op: custom_ops.Rebuilt | None = None
+    operators: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -251,7 +256,7 @@ class Judge:
                 continue
             limit = _work_limit_s(problem, sides[key])
             try:
-                with _time_limit(limit):
+                with _time_limit(limit), graph_artifact.extra_operators(ev.operators):
                     result.checks = self._decide(problem, sides[key], ev, wanted[key], device,
                                                  job, lap)
             except JudgeOverrun:
@@ -313,11 +318,25 @@ class Judge:
                 ev.correctness = self._correctness(subject, problem, sides[key], device,
                                                    ev.classes)
                 lap("correctness")
+            if problem.custom_op is not None:
+                self._ask_custom_op(subject, problem, ev)
+                lap("custom operator")
             if any(c in wanted[key] for c in CHECKS_NEEDING_A_GRAPH):
-                self._ask_graphs(subject, problem, sides[key], ev, device)
+                with graph_artifact.extra_operators(ev.operators):
+                    self._ask_graphs(subject, problem, sides[key], ev, device)
                 lap("capture")
                 self._ask_usage(subject, problem, ev, device)
                 lap("calls as used")
+
+    @staticmethod
+    def _ask_custom_op(subject: SubjectSession, problem: Problem, ev: Evidence) -> None:
+        """The learner's registration of the problem's custom operator, as graphs (never code),
+        rebuilt into the judge's own operator around the problem's kernel: the learner's graphs
+        call that one (:mod:`grader.checks.custom_ops`)."""
+        reply, blob = subject.request({"op": "custom_op", "problem": problem.key})
+        ev.custom_op = custom_ops.rebuild(problem.custom_op, reply, blob)
+        if ev.custom_op.op is not None:
+            ev.operators = {problem.custom_op.graph_name: ev.custom_op.op}
 
     def _ask_graphs(self, subject: SubjectSession, problem: Problem, side: ReferenceSide,
                     ev: Evidence, device: str) -> None:
@@ -564,7 +583,7 @@ class Judge:
         graph = self._check_graph(problem, side, ev, device) \
             if any(c in wanted for c in CHECKS_NEEDING_A_GRAPH + ("compiled",)) else None
         if graph is not None and graph.ok:
-            lesson = _work_check(problem, side, graph)
+            lesson = _work_check(problem, side, graph) or _op_lesson(problem, graph, ev)
             if lesson:  # one graph, but not the set's lesson: no structural point either
                 graph = dataclasses.replace(graph, ok=False, message=(
                     f"compiles to one graph, but not one that does what this problem teaches: "
@@ -583,6 +602,12 @@ class Judge:
         if "compiled" in wanted:
             out["compiled"] = compiled_check()
             lap("check compiled")
+        if "custom_op" in wanted:
+            out["custom_op"] = custom_ops.check(
+                problem.custom_op, ev.custom_op,
+                problem.custom_op.shapes(random.Random(correctness.fresh_seeds(1)[0])),
+                _graph_operators(graph, ev, problem), correctness.fresh_seeds(1)[0])
+            lap("check custom operator")
         if "operators" in wanted:
             out["operators"] = _operator_check(problem, graph)
         if "fusion" in wanted:
@@ -1019,6 +1044,27 @@ def _work_check(problem: Problem, side: ReferenceSide, graph: GraphCheck) -> str
                 f"{problem.max_work_ratio:g}x the reference's {theirs:,}: a cached step computes "
                 f"one position per layer and reads the cache, it does not recompute the sequence")
     return ""
+
+
+def _graph_operators(graph: GraphCheck | None, ev: Evidence, problem: Problem) -> tuple | None:
+    """The operators the learner's checked graph calls, by name, the judge's rebuilt custom
+    operator under the name the learner's graph sent (None when there is no graph)."""
+    if graph is None or graph.module is None:
+        return None
+    op = ev.custom_op.op if ev.custom_op is not None else None
+    return tuple(problem.custom_op.graph_name if op is not None and node.target is op
+                 else str(node.target)
+                 for node in graph.module.graph_module.graph.nodes if node.op == "call_function")
+
+
+def _op_lesson(problem: Problem, graph: GraphCheck, ev: Evidence) -> str:
+    """'' when the graph calls the problem's custom operator (or the problem has none), else
+    why a graph without it is not the lesson: a rewrite of the library in torch operators."""
+    spec = problem.custom_op
+    if spec is None or spec.graph_name in (_graph_operators(graph, ev, problem) or ()):
+        return ""
+    return (f"it does not call the library through `{spec.qualname}` (this problem teaches "
+            f"wrapping the library's kernel as a custom operator, not rewriting it)")
 
 
 def _operator_check(problem: Problem, graph: GraphCheck) -> CheckOutcome:

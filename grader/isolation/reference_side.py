@@ -16,7 +16,7 @@ import time
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks import graph_artifact, jobs, timing
+from grader.checks import custom_ops, graph_artifact, jobs, timing
 from grader.checks.jobs import JobFigures
 from grader.checks.wire import Packer
 from grader.isolation.source import Cell
@@ -153,7 +153,12 @@ class ReferenceSide:
                                           traced_inputs(problem, device, 0), model=ref_model,
                                           dynamic=self.reference_options.get("dynamic"))
         header, blob = _ship(captured)
-        loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
+        # A custom operator (ps8) runs as the problem's own registration, as a learner's
+        # graph runs with the judge's operator rebuilt from the learner's registration.
+        operators = custom_ops.trusted_operators(problem.custom_op) \
+            if problem.custom_op is not None else {}
+        with graph_artifact.extra_operators(operators):
+            loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
         self.reference_module = loaded.module(self.base_model, device, training=problem.training)
         self.reference_nodes = len(loaded.operators)
         self.reference_peak_bytes = graph_artifact.check_on(loaded, self.reference_module,

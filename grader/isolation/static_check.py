@@ -211,6 +211,23 @@ _TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Ass
               ast.AnnAssign, ast.AugAssign, ast.Pass)
 
 
+# Statements a solution cell may hold besides definitions: registering the fake implementation or
+# autograd formula of a custom operator the cell made (``op.register_autograd(backward,
+# setup_context=...)``: it has no decorator form with ``setup_context``). The ``torch.library``
+# functions stay refused: they register code behind any operator's name.
+REGISTRATION_CALLS = frozenset({"register_fake", "register_autograd"})
+
+
+def _is_registration(stmt: ast.stmt) -> bool:
+    """A top-level statement that only registers a custom operator's fake or autograd formula."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    func = stmt.value.func
+    if not (isinstance(func, ast.Attribute) and func.attr in REGISTRATION_CALLS):
+        return False
+    return isinstance(func.value, ast.Name)
+
+
 @dataclasses.dataclass(frozen=True)
 class Refusal:
     """One thing in a solution cell that the grader will not run."""
@@ -463,6 +480,13 @@ class _Screen(ast.NodeVisitor):
             if _is_unanswered(stmt):
                 self.refuse(stmt, "this solution has not been written yet (the cell still has "
                                   "`raise NotImplementedError()`)")
+                continue
+            if where == "at the top of a solution cell" and _is_registration(stmt):
+                # A custom operator's registration (ps8): `op.register_autograd(backward,
+                # setup_context=...)` has no decorator form. Its arguments are names, screened.
+                for arg in [*stmt.value.args, *(k.value for k in stmt.value.keywords)]:
+                    self.screen_load_time_calls(arg)
+                self.visit(stmt.value)
                 continue
             if not isinstance(stmt, _TOP_LEVEL):
                 self.refuse(stmt, f"only imports, definitions and assignments may stand {where}: "

@@ -40,6 +40,7 @@ fakes a grader error earns nothing by it: the problem goes to a person.
 from __future__ import annotations
 
 import argparse
+import json
 import linecache
 import os
 import sys
@@ -49,7 +50,7 @@ import types
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks import breaks, graph_artifact, recompiles
+from grader.checks import breaks, custom_ops, graph_artifact, recompiles
 from grader.checks.wire import Packer, ProtocolError, decode
 from grader.isolation import channel
 from grader.isolation.source import Cell, strip_magics
@@ -131,7 +132,7 @@ class Subject:
         op = request.get("op")
         handler = {"load": self.load, "call": self.call, "capture": self.capture,
                    "breaks": self.breaks, "recompiles": self.recompiles,
-                   "plan": self.plan}.get(op)
+                   "plan": self.plan, "custom_op": self.custom_op}.get(op)
         if handler is None:
             raise ProtocolError(f"unknown request {op!r}")
         return handler(request, blob)
@@ -225,6 +226,18 @@ class Subject:
                      "compiled": isinstance(exc, graph_artifact.HostRead)}
         reply.update(self._report(problem.traced_call(self._fresh_model(request)[1]), inputs))
         return reply, b""
+
+    def custom_op(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
+        """The learner's registration of the problem's custom operator as graphs (ps8: its fake
+        and its autograd formula traced into ATen operators), never as code."""
+        problem, _ = self._model(request)
+        packer = Packer()
+        try:
+            with ti.quiet_torch_logs():
+                reply = custom_ops.registration_data(problem.custom_op, packer)
+        except Exception as exc:
+            return {"error": f"your operator could not be traced: {learner_traceback(exc)}"}, b""
+        return json.loads(json.dumps(reply)), packer.blob()
 
     def breaks(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
         problem, model = self._fresh_model(request)

@@ -19,7 +19,7 @@ from grader.checks.targets import SpeedTarget
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"
 # Checks for which the judge has the subject capture the learner's graph.
-GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed")
+GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed", "custom_op")
 # How many calls the problem makes of the learner's compiled model, as it is used (the judge has
 # the subject make them, ``fullgraph=True``, from a fresh model's first call): a graph break or a
 # recompile on call 1, 101 or 201 is one.
@@ -136,6 +136,10 @@ class Problem:
       the original's eager ones); ``None``: the dtype's (:data:`grader.checks.correctness.TOLERANCES`).
       The ``compiled`` check is decided on the graph the graph checks capture, so a problem
       that asks for it asks for one of them too.
+    - ``custom_op``: a custom operator the learner registers around a library call
+      (:class:`grader.checks.custom_ops.OpSpec`, ps8): the subject ships its fake and autograd
+      formula as graphs, the judge rebuilds the operator around the problem's own kernel, runs
+      the learner's model graph with it and decides the ``custom_op`` check.
     """
 
     key: str
@@ -172,6 +176,7 @@ class Problem:
     inputs_name: str = "fresh random inputs"
     other_inputs: Callable[[random.Random], dict[str, Callable]] | None = None
     usage_calls: int = USAGE_CALLS
+    custom_op: Any = None
 
     def __post_init__(self) -> None:
         unknown = set(self.checks) - set(CHECKS)
@@ -179,6 +184,8 @@ class Problem:
             raise ValueError(f"{self.key}: unknown checks {sorted(unknown)}; known: {CHECKS}")
         if "operators" in self.checks and self.max_operators is None:
             raise ValueError(f"{self.key}: the 'operators' check needs max_operators")
+        if "custom_op" in self.checks and self.custom_op is None:
+            raise ValueError(f"{self.key}: the 'custom_op' check needs custom_op (an OpSpec)")
         if "compiled" in self.checks and not set(self.checks) & set(GRAPH_CHECKS):
             raise ValueError(f"{self.key}: the 'compiled' check is decided on the captured graph: "
                              f"ask for one of {GRAPH_CHECKS} too")

@@ -1,0 +1,349 @@
+"""A learner's custom operator as data: its fake implementation and its autograd formula, traced
+into graphs by the subject, rebuilt and checked by the judge around the problem's own kernel.
+
+Problem set 8 asks the learner to wrap a library function Dynamo cannot trace (computed through
+NumPy) as a custom operator (``torch.library.custom_op``) with a fake implementation
+(``register_fake``) and an autograd formula (``register_autograd``). The judge never runs
+learner Python, so what crosses from the subject is data only (:func:`registration_data`):
+
+- the operator's schema, as text;
+- its fake implementation, traced with ``make_fx(tracing_mode="symbolic")`` on an example input
+  into a graph of ATen operators and size arithmetic (shipped with
+  :mod:`grader.checks.graph_artifact`'s format and allow-list);
+- its autograd formula (``setup_context`` then ``backward``), traced the same way into a graph
+  of ``(x, output, grad_output) -> grad_x``: the output is an input of that graph, so the
+  formula is traced apart from the fake.
+
+The judge (:func:`rebuild`) registers an operator of its own whose real implementation is the
+problem's kernel (never the learner's), whose fake is the learner's fake graph and whose
+backward runs the learner's backward graph; the learner's model graph then calls it in place of
+``ps8::rms_pool`` (:func:`grader.checks.graph_artifact.extra_operators`). :func:`check` decides
+the ``custom_op`` check: the schema, the fake against the real kernel (shape, dtype, strides)
+on every shape the judge gives it, the backward against the problem's own formula on fresh
+inputs of those shapes, and that the learner's model graph calls the operator (the lesson:
+a pure-torch rewrite of the library skips it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from typing import Any, Callable
+
+import torch
+
+from grader.checks import _torch_internals as ti
+from grader.checks import graph_artifact
+from grader.checks.results import CheckOutcome
+from grader.checks.wire import Packer
+
+# How far the learner's backward may be from the problem's own (float32, one op).
+GRAD_TOLERANCE = (1e-4, 1e-5)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """The custom operator a problem asks for.
+
+    - ``qualname``: the name the learner registers (``"ps8::rms_pool"``);
+    - ``schema``: the schema it must have (``"(Tensor x) -> Tensor"``);
+    - ``kernel``: the problem's own real implementation, ``kernel(x) -> y`` (the library call);
+    - ``fake``: the problem's own fake implementation (the reference side's operator);
+    - ``backward``: the problem's own formula, ``backward(x, y, grad_y) -> grad_x``;
+    - ``example``: the input the subject traces the learner's functions with;
+    - ``shapes``: ``shapes(rng)``, the input shapes the judge checks the fake and the backward
+      on (every shape the problem's model hands the operator, and a few more).
+    """
+
+    qualname: str
+    schema: str
+    kernel: Callable[[torch.Tensor], torch.Tensor]
+    fake: Callable[[torch.Tensor], torch.Tensor]
+    backward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    example: Callable[[], torch.Tensor]
+    shapes: Callable[[Any], list[tuple[int, ...]]]
+
+    @property
+    def graph_name(self) -> str:
+        """The name a graph node calling the operator travels under ("ps8.rms_pool.default")."""
+        namespace, name = self.qualname.split("::")
+        return f"{namespace}.{name}.default"
+
+
+# ---------------------------------------------------------------------------------------------
+# Subject side
+
+class _Context:
+    """What ``setup_context`` and ``backward`` are given as ``ctx`` while they are traced."""
+
+    def __init__(self) -> None:
+        self.saved_tensors: tuple = ()
+        self.needs_input_grad = (True,)
+
+    def save_for_backward(self, *tensors) -> None:
+        self.saved_tensors = tensors
+
+    def mark_non_differentiable(self, *tensors) -> None:  # noqa: ARG002 (as autograd's ctx)
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:  # noqa: ARG002 (as autograd's ctx)
+        pass
+
+
+def _ship(gm: torch.fx.GraphModule, inputs: int, packer: Packer) -> dict:
+    captured = graph_artifact.Captured(gm, [{"kind": "input", "index": i} for i in range(inputs)],
+                                       [0], True, [])
+    return graph_artifact.to_wire(captured, packer)
+
+
+def _symbolic(fn: Callable, *args) -> torch.fx.GraphModule:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="symbolic")(*args)
+
+
+def registration_data(spec: OpSpec, packer: Packer) -> dict:
+    """(In the subject.) The learner's registration of ``spec.qualname`` as data: ``{"schema",
+    "fake" | "fake_error", "backward" | "backward_error"}``, or ``{"error"}`` when no operator of
+    that name was made with ``torch.library.custom_op``."""
+    found = ti.custom_op_registration(spec.qualname)
+    if found is None:
+        return {"error": f"no operator `{spec.qualname}` was made with torch.library.custom_op"}
+    namespace, name = spec.qualname.split("::")
+    packet = getattr(getattr(torch.ops, namespace), name)
+    out: dict = {"schema": str(packet.default._schema)}
+    example = spec.example()
+    if found["fake"] is None:
+        out["fake_error"] = "no fake implementation was registered (torch.library.register_fake)"
+    else:
+        try:
+            out["fake"] = _ship(_symbolic(lambda x: found["fake"](x), example), 1, packer)
+        except Exception as exc:
+            out["fake_error"] = f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+    if found["backward"] is None or found["setup_context"] is None:
+        out["backward_error"] = ("no autograd formula was registered "
+                                 "(torch.library.register_autograd)")
+        return out
+
+    def formula(x, y, grad):
+        ctx = _Context()
+        found["setup_context"](ctx, (x,), y)
+        grads = found["backward"](ctx, grad)
+        return grads[0] if isinstance(grads, (tuple, list)) else grads
+
+    try:
+        y = spec.kernel(example)
+        out["backward"] = _ship(_symbolic(formula, example, y, torch.ones_like(y)), 3, packer)
+    except Exception as exc:
+        out["backward_error"] = f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Judge side
+
+@dataclasses.dataclass
+class Rebuilt:
+    """The judge's operator built from the problem's kernel and the learner's graphs."""
+
+    op: Any                                  # the judge's OpOverload
+    schema: str = ""
+    fake: Callable | None = None             # the learner's fake graph, rebuilt
+    backward: Callable | None = None         # the learner's backward graph, rebuilt
+    graphs: dict = dataclasses.field(default_factory=dict)     # part -> its LoadedGraph
+    problems: list = dataclasses.field(default_factory=list)   # what could not be rebuilt
+
+
+_COUNTER = itertools.count()
+
+
+def _register(spec: OpSpec, fake: Callable | None, backward: Callable | None):
+    """A fresh operator of the judge's (its own namespace, one per submission: torch keeps every
+    registration for the life of the process) with ``spec.kernel`` as its real implementation."""
+    name = spec.qualname.split("::")[1]
+    qualname = f"grader_{spec.qualname.split('::')[0]}_{next(_COUNTER)}::{name}"
+    kernel = spec.kernel
+
+    def real(x):
+        return kernel(x)
+
+    op = torch.library.custom_op(qualname, real, mutates_args=(), schema=spec.schema)
+    if fake is not None:
+        op.register_fake(fake)
+    if backward is not None:
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(*inputs, output)   # x, then the library's output
+
+        def run_backward(ctx, grad):
+            x, y = ctx.saved_tensors
+            return backward(x, y, grad)
+        op.register_autograd(run_backward, setup_context=setup_context)
+    namespace, _ = qualname.split("::")
+    return getattr(getattr(torch.ops, namespace), name).default
+
+
+def trusted_operators(spec: OpSpec) -> dict:
+    """``{graph name: operator}`` for the problem's own registration (the reference side's)."""
+    if spec not in _TRUSTED:
+        _TRUSTED[spec] = _register(spec, spec.fake, spec.backward)
+    return {spec.graph_name: _TRUSTED[spec]}
+
+
+_TRUSTED: dict = {}
+
+
+def _load(header: dict, blob: bytes):
+    loaded = graph_artifact.load(header, blob, baseline=torch.nn.Module(), device="cpu")
+    return loaded, loaded.module(torch.nn.Module(), "cpu")
+
+
+def _inputs(spec: OpSpec, part: str, shape: tuple[int, ...], gen: torch.Generator) -> tuple:
+    """What the ``part`` graph is called with on an input of ``shape``."""
+    x = torch.randn(shape, generator=gen)
+    if part == "fake":
+        return (x,)
+    y = spec.kernel(x)
+    return x, y, torch.randn(y.shape, generator=gen)
+
+
+def _bounded(spec: OpSpec, part: str, loaded, module, shape: tuple[int, ...]) -> str:
+    """'' when the ``part`` graph runs on fake inputs of ``shape`` within the grader's bounds
+    (no data-dependent shape, no tensor over the size limit), else why not: checked before it
+    runs for real."""
+    try:
+        graph_artifact.check_on(loaded, module, _inputs(spec, part, shape,
+                                                        torch.Generator().manual_seed(0)))
+    except graph_artifact.GraphRefused as exc:
+        return f"the grader will not run it on an input of shape {list(shape)}: {exc}"
+    return ""
+
+
+def rebuild(spec: OpSpec, reply: dict, blob: bytes) -> Rebuilt:
+    """(In the judge.) The learner's registration (:func:`registration_data`'s reply, checked
+    as data) rebuilt around ``spec.kernel``. What could not be rebuilt is in ``problems``."""
+    problems = []
+    if not isinstance(reply, dict) or "error" in reply:
+        why = reply.get("error") if isinstance(reply, dict) else "nothing was sent"
+        return Rebuilt(None, problems=[str(why)[:400]])
+    schema = str(reply.get("schema", ""))[:200]
+    fake = backward = None
+    graphs: dict = {}
+    for part in ("fake", "backward"):
+        header = reply.get(part)
+        if not isinstance(header, dict):
+            problems.append(f"{part}: {str(reply.get(part + '_error', 'not sent'))[:400]}")
+            continue
+        try:
+            # The backward graph may call the operator itself (a formula that recomputes the
+            # forward): it then calls the judge's own, the problem's kernel.
+            with graph_artifact.extra_operators({spec.graph_name: trusted_operators(spec)[
+                    spec.graph_name]}):
+                loaded, module = _load(header, blob)
+        except graph_artifact.GraphRefused as exc:
+            problems.append(f"{part}: the grader will not run it: {exc}")
+            continue
+        # Within bounds on the shapes the problem's model hands the operator (the judge's
+        # compile and runs of the model use it there), before anything runs for real.
+        why = next((w for w in (_bounded(spec, part, loaded, module, shape)
+                                for shape in spec.shapes(random.Random(0))[:2]) if w), "")
+        if why:
+            problems.append(f"{part}: {why}")
+            continue
+        graphs[part] = loaded
+        if part == "fake":
+            fake = module
+        else:
+            backward = module
+    return Rebuilt(_register(spec, fake, backward), schema, fake, backward, graphs, problems)
+
+
+def _meta(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def check(spec: OpSpec, rebuilt: Rebuilt | None, shapes: list[tuple[int, ...]],
+          graph_operators: tuple | None, seed: int) -> CheckOutcome:
+    """The ``custom_op`` check: the learner's registration, rebuilt, against the problem's own
+    kernel and formula on every shape of ``shapes``; and the model's graph calls the operator
+    (``graph_operators``: the names in the learner's checked graph, None when there is none)."""
+    lines, ok = [], True
+    if rebuilt is None or rebuilt.op is None:
+        why = "; ".join(rebuilt.problems) if rebuilt is not None else "it was not sent"
+        return CheckOutcome(False, f"no custom operator `{spec.qualname}` to check: {why}")
+    expected_schema = f"{spec.qualname}{spec.schema}"
+    if rebuilt.schema.replace(" ", "") != expected_schema.replace(" ", ""):
+        ok = False
+        lines.append(f"schema: `{rebuilt.schema}`, not `{expected_schema}`")
+    else:
+        lines.append(f"schema: `{rebuilt.schema}`")
+    for problem in rebuilt.problems:
+        ok = False
+        lines.append(problem)
+    gen = torch.Generator().manual_seed(seed)
+    fake_lines, grad_lines = [], []
+    for shape in shapes:
+        x = torch.randn(shape, generator=gen)
+        want = spec.kernel(x)
+        if rebuilt.fake is not None:
+            try:
+                with torch.no_grad():
+                    got = rebuilt.fake(_meta(x))
+                same = (isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want.shape)
+                        and got.dtype == want.dtype and got.stride() == want.stride())
+                if not same:
+                    fake_lines.append(
+                        f"  on an input of shape {list(shape)} your fake gives "
+                        + (f"shape {list(got.shape)}, {got.dtype}, strides {got.stride()}"
+                           if isinstance(got, torch.Tensor) else f"a {type(got).__name__}")
+                        + f"; the library gives shape {list(want.shape)}, {want.dtype}, "
+                          f"strides {want.stride()}")
+            except Exception as exc:
+                fake_lines.append(f"  on an input of shape {list(shape)} your fake raised "
+                                  f"{type(exc).__name__}: {str(exc)[:160]}")
+        if rebuilt.backward is not None:
+            grad_y = torch.randn(want.shape, generator=gen)
+            expected = spec.backward(x, want, grad_y)
+            why = _bounded(spec, "backward", rebuilt.graphs["backward"], rebuilt.backward, shape)
+            if why:
+                grad_lines.append(f"  your backward: {why}")
+                continue
+            try:
+                with torch.no_grad():
+                    got = rebuilt.backward(x, want, grad_y)
+                rtol, atol = GRAD_TOLERANCE
+                if not (isinstance(got, torch.Tensor) and got.shape == expected.shape
+                        and torch.allclose(got, expected, rtol=rtol, atol=atol)):
+                    diff = ((got - expected).abs().max().item()
+                            if isinstance(got, torch.Tensor) and got.shape == expected.shape
+                            else "a different shape")
+                    grad_lines.append(f"  on an input of shape {list(shape)} your backward's "
+                                      f"gradient differs from the library's (largest "
+                                      f"difference: {diff})")
+            except Exception as exc:
+                grad_lines.append(f"  on an input of shape {list(shape)} your backward raised "
+                                  f"{type(exc).__name__}: {str(exc)[:160]}")
+    listed = ", ".join(str(list(s)) for s in shapes)
+    if rebuilt.fake is not None:
+        ok = ok and not fake_lines
+        lines.append(f"fake implementation: {'agrees' if not fake_lines else 'DISAGREES'} with "
+                     f"the library's real output (shape, dtype, strides) on inputs of shapes "
+                     f"{listed}" + (":" if fake_lines else ""))
+        lines += fake_lines[:6]
+    if rebuilt.backward is not None:
+        ok = ok and not grad_lines
+        lines.append(f"autograd formula: {'agrees' if not grad_lines else 'DISAGREES'} with the "
+                     f"library's gradient on fresh inputs of those shapes"
+                     + (":" if grad_lines else ""))
+        lines += grad_lines[:6]
+    if graph_operators is None:
+        ok = False
+        lines.append("your model's graph: not checked (there is no one graph to look in)")
+    elif spec.graph_name not in graph_operators:
+        ok = False
+        lines.append(f"your model's graph does not call `{spec.qualname}`: the library's kernel "
+                     f"is the one to call (this problem teaches wrapping it, not rewriting it)")
+    else:
+        lines.append(f"your model's graph calls `{spec.qualname}` "
+                     f"{graph_operators.count(spec.graph_name)} time(s); the grader ran it as "
+                     f"the library's kernel with your fake and your backward")
+    return CheckOutcome(ok, "\n".join(lines), details={"shapes": [list(s) for s in shapes]})
