@@ -31,6 +31,7 @@ EXPECTED = {
     "07_training.ipynb": ("ch7", 1, 8),
     "08_compile_time_debugging.ipynb": ("ch8", 1, 14),
     "09_debugging.ipynb": ("ch9", 2, 28),
+    "10_training_stack.ipynb": ("ch10", 1, 17),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
 # work on a few chapters without executing them all); unset, every chapter runs.

@@ -26,7 +26,9 @@ so ``ch.NAME`` works for all of them:
 - :mod:`~grader.course.chapters.training`: AOT graphs, saved tensors, peak memory (chapter 7);
 - :mod:`~grader.course.chapters.compile_time`: fresh processes, caches, tlparse (chapter 8);
 - :mod:`~grader.course.chapters.debugging`: backend bisection, the compiler bisector, the
-  minifier, logs, compiled autograd (chapter 9).
+  minifier, logs, compiled autograd (chapter 9);
+- :mod:`~grader.course.chapters.distributed`: DDP, FSDP2 and random numbers in two processes,
+  activation checkpointing, generated code (chapter 10).
 """
 from grader.course.chapters.core import *  # noqa: F401,F403
 from grader.course.chapters.roofline import *  # noqa: F401,F403
@@ -35,3 +37,4 @@ from grader.course.chapters.dynamic import *  # noqa: F401,F403
 from grader.course.chapters.training import *  # noqa: F401,F403
 from grader.course.chapters.compile_time import *  # noqa: F401,F403
 from grader.course.chapters.debugging import *  # noqa: F401,F403
+from grader.course.chapters.distributed import *  # noqa: F401,F403
