@@ -22,6 +22,7 @@ import functools
 import inspect
 import json
 import os
+import shutil
 import socket
 import statistics
 import tempfile
@@ -144,11 +145,14 @@ def launch(tasks: list[str], options: dict | None = None, *, world_size: int = W
     except torch.multiprocessing.ProcessRaisedException as exc:
         raise RuntimeError(f"a process failed:\n{exc}") from None
     results = {}
-    for task in tasks:
-        results[task] = []
-        for rank in range(world_size):
-            with open(os.path.join(folder, f"{task}-{rank}.json")) as fh:
-                results[task].append(json.load(fh))
+    try:
+        for task in tasks:
+            results[task] = []
+            for rank in range(world_size):
+                with open(os.path.join(folder, f"{task}-{rank}.json")) as fh:
+                    results[task].append(json.load(fh))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
@@ -158,8 +162,8 @@ def _worker(rank: int, world_size: int, backend: str, port: int, tasks: list[str
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    # The processes share the machine's cores: one thread each for the ops, one compile worker
-    # (Inductor's pool of compile processes would otherwise start in each process).
+    # The processes share the machine's cores: a share of the threads each, and one compile worker
+    # (Inductor would otherwise start a pool of compile processes in each process).
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // world_size))
     device = "cpu"
     if backend == "nccl":
@@ -257,7 +261,12 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
     for mode in modes:
         ti.dynamo_reset()
         counter = CompileCounter("inductor")
-        with ti.dynamo_config_patch(optimize_ddp=mode):
+        # python_reducer's DDP switches on Inductor's fusion of its all-reduces for the whole
+        # process: the patch puts the settings back when the mode is done
+        restore = {name: ti.inductor_setting(name)
+                   for name in ("_fuse_ddp_communication", "_fuse_ddp_bucket_size")
+                   if ti.inductor_setting(name) is not None}
+        with ti.dynamo_config_patch(optimize_ddp=mode), ti.inductor_config_patch(**restore):
             model = DDP(make_net(d, layers, seed=0, device=device), bucket_cap_mb=bucket_cap_mb)
             opt = torch.optim.SGD(model.parameters(), lr=0.0)
             context = contextlib.nullcontext
