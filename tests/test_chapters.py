@@ -31,7 +31,7 @@ EXPECTED = {
     "07_training.ipynb": ("ch7", 1, 8),
     "08_compile_time_debugging.ipynb": ("ch8", 1, 14),
     "09_debugging.ipynb": ("ch9", 2, 28),
-    "10_training_stack.ipynb": ("ch10", 1, 22),
+    "10_training_stack.ipynb": ("ch10", 1, 23),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
 # work on a few chapters without executing them all); unset, every chapter runs.
@@ -433,6 +433,7 @@ def test_chapter10_ddp_fsdp_checkpointing_and_random_numbers(executed):
     assert rows["dropout mask with fallback_random=True vs eager, same seed: share differing"] == 0
     assert rows["accumulating index_put, deterministic algorithms on: ATen fallback calls"] >= 1
     assert rows["accumulating index_put, deterministic algorithms off: lines with atomic_add"] >= 1
+    assert rows["compiles for calls with deterministic algorithms off, on, off"] == 2
     text = _stream_text(executed["10_training_stack.ipynb"][0])
     assert "weights the same in every process: True" in text
     assert "gradients the same in every process: True" in text
