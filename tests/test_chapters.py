@@ -31,6 +31,7 @@ EXPECTED = {
     "07_training.ipynb": ("ch7", 1, 8),
     "08_compile_time_debugging.ipynb": ("ch8", 1, 14),
     "09_debugging.ipynb": ("ch9", 2, 28),
+    "10_training_stack.ipynb": ("ch10", 1, 23),
     "11_extend_and_ship.ipynb": ("ch11", 2, 14),
 }
 # COURSE_CHAPTERS=06,07 runs only the chapters whose file names start with those prefixes (to
@@ -472,3 +473,40 @@ def test_a_bad_course_size_warns_and_the_chapters_still_import():
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() in ("small", "full") and "COURSE_SIZE='huge'" in out.stderr
+
+
+def test_chapter10_ddp_fsdp_checkpointing_and_random_numbers(executed):
+    rows = _rows(executed, "10_training_stack.ipynb", "ch10")
+    from grader.course.chapters import expected_ddp_buckets
+
+    # DDPOptimizer cuts the graph where DDP's buckets fill (sizes at COURSE_SIZE=ci and small: D=256)
+    layers = {"ci": 2, "small": 3, "full": 8}[SIZE]
+    d, bucket_mb = (1024, 25) if SIZE == "full" else (256, 2)
+    buckets = expected_ddp_buckets(d, layers, bucket_mb)
+    assert buckets > 1
+    assert rows["DDP compiled, optimize_ddp='ddp_optimizer': graphs"] == buckets
+    assert rows["DDP compiled, optimize_ddp='no_optimization': graphs"] == 1
+    assert rows["DDP compiled, optimize_ddp='python_reducer' + compiled autograd: graphs"] == 2
+    assert rows["DDP compiled (ddp_optimizer): max |gradient - eager DDP's|"] < 1e-4
+    # FSDP2: each process holds half the parameters; one graph for the blocks, one for the first
+    assert 0.45 < rows["FSDP2, 2 processes: parameter bytes per process / whole model"] < 0.55
+    assert rows[f"FSDP2, {layers} blocks compiled one by one: graphs"] == 2
+    assert rows["3 blocks compiled one by one, one process: graphs"] == 2
+    # activation checkpointing keeps less, the selective policy in between
+    full_ac = rows["activation bytes saved, checkpoint each block / no checkpoint (compiled)"]
+    selective = rows["activation bytes saved, selective (save matmuls) / no checkpoint (compiled)"]
+    assert full_ac < selective < 1
+    # random numbers: Inductor's own, reproducible, the same across ranks with the same seed
+    assert rows["dropout mask, same seed in both processes, compiled: share differing between ranks"] == 0
+    assert rows["dropout mask, seed + rank, compiled: share differing between ranks"] > 0.2
+    assert rows["dropout mask, compiled vs eager, same seed: share differing"] > 0.2
+    assert rows["dropout mask with fallback_random=True vs eager, same seed: share differing"] == 0
+    assert rows["accumulating index_put, deterministic algorithms on: ATen fallback calls"] >= 1
+    assert rows["accumulating index_put, deterministic algorithms off: lines with atomic_add"] >= 1
+    assert rows["compiles for calls with deterministic algorithms off, on, off"] == 2
+    text = _stream_text(executed["10_training_stack.ipynb"][0])
+    assert "weights the same in every process: True" in text
+    assert "gradients the same in every process: True" in text
+    assert "equal: True" in text
+    assert "requires_grad mismatch" in text
+    assert "GPU-only: peak memory of a training step with activation checkpointing" in text

@@ -588,6 +588,25 @@ def test_compiled_autograd_counters_and_config():
     assert ti.compiled_autograd_counters().get("captures", 0) == before + 1
 
 
+def test_compiled_autograd_enabled_captures_an_eager_backward_and_dynamo_setting():
+    """The context captures a backward called outside any compiled function, each capture handed
+    to the compiler function given (chapter 10 compiles DDP's backward with it)."""
+    net = torch.nn.Linear(4, 4)
+    before = ti.compiled_autograd_counters().get("captures", 0)
+    handed = []
+
+    def compiler(gm, example_inputs):
+        handed.append(gm)
+        return gm.forward
+
+    with ti.compiled_autograd_enabled(torch.compile(backend=compiler)):
+        net(torch.randn(3, 4)).sum().backward()
+    assert ti.compiled_autograd_counters().get("captures", 0) == before + 1
+    assert len(handed) >= 1 and net.weight.grad is not None
+    assert ti.dynamo_setting("optimize_ddp") is True          # the default: DDPOptimizer
+    assert ti.dynamo_setting("no_such_setting") is None
+
+
 def test_compile_cache_counters_count_a_recompile_served_by_the_caches():
     """A recompile of the same graph (only a guard changed) is served by AOTAutograd's and the FX
     graph cache, which the counters show; the first compile in an empty cache misses both."""

@@ -784,6 +784,18 @@ def compiled_autograd_counters() -> dict[str, int]:
     return {k: int(v) for k, v in counters["compiled_autograd"].items()}
 
 
+def compiled_autograd_enabled(compiler_fn: Callable) -> contextlib.AbstractContextManager:
+    """Compiled autograd for every ``.backward()`` inside the block, compiled or not, each
+    captured backward graph handed to ``compiler_fn`` (e.g. ``torch.compile(backend=...)``):
+    ``torch._dynamo.compiled_autograd._enable`` (``enable`` before torch 2.6). The public switch,
+    ``torch._dynamo.config.compiled_autograd``, covers only a ``.backward()`` called inside a
+    compiled function."""
+    from torch._dynamo import compiled_autograd
+
+    enable = getattr(compiled_autograd, "_enable", None) or compiled_autograd.enable
+    return enable(compiler_fn)
+
+
 def compile_cache_counters() -> dict[str, int]:
     """Hits and misses so far in this process of Inductor's FX graph cache
     (``counters["inductor"]["fxgraph_cache_hit"]`` / ``_miss``) and of AOTAutograd's cache
@@ -810,6 +822,14 @@ def inductor_setting(name: str) -> Any:
             return None
         value = getattr(value, part)
     return value
+
+
+def dynamo_setting(name: str) -> Any:
+    """The current value of a Dynamo setting (``torch._dynamo.config``, e.g. ``"optimize_ddp"``),
+    or ``None`` where this torch has no such setting."""
+    import torch._dynamo.config as cfg
+
+    return getattr(cfg, name, None)
 
 
 def inductor_cpp_flags() -> tuple[str, list[str]]:

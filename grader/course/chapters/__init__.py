@@ -28,6 +28,8 @@ so ``ch.NAME`` works for all of them:
 - :mod:`~grader.course.chapters.compile_time`: fresh processes, caches, tlparse (chapter 8);
 - :mod:`~grader.course.chapters.debugging`: backend bisection, the compiler bisector, the
   minifier, logs, compiled autograd (chapter 9);
+- :mod:`~grader.course.chapters.distributed`: DDP, FSDP2 and random numbers in two processes,
+  activation checkpointing, generated code (chapter 10).
 - :mod:`~grader.course.chapters.extend`: custom-operator checks, FlexAttention masks and where
   FlexAttention compiles, Triton's availability, AOTInductor packages loaded in a fresh process
   (chapter 11).
@@ -39,4 +41,5 @@ from grader.course.chapters.dynamic import *  # noqa: F401,F403
 from grader.course.chapters.training import *  # noqa: F401,F403
 from grader.course.chapters.compile_time import *  # noqa: F401,F403
 from grader.course.chapters.debugging import *  # noqa: F401,F403
+from grader.course.chapters.distributed import *  # noqa: F401,F403
 from grader.course.chapters.extend import *  # noqa: F401,F403
