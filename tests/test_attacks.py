@@ -227,7 +227,7 @@ def test_regrade_keeps_manual_grades_and_applies_timestamps_and_late_penalties(t
     _write(course, "late", _notebook(release_nb, None, None), "2026-12-02 09:30:00.000000 UTC")
     with open(os.path.join(course, "nbgrader_config.py"), "a") as fh:
         fh.write('\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
-    grade(course, [PS], workers=1)
+    grade(course, [PS], workers=2)     # the two submissions at once (2 cores)
     url = "sqlite:///" + os.path.join(course, "gradebook.db")
     with Gradebook(url) as gb:
         gb.update_or_create_assignment(PS, duedate="2026-12-01 00:00:00 UTC")
@@ -237,7 +237,7 @@ def test_regrade_keeps_manual_grades_and_applies_timestamps_and_late_penalties(t
             c = gb.find_comment("ps2-q1-solution", PS, PS, student)
             c.manual_comment = "good try"
         gb.db.commit()
-    run = grade(course, [PS], workers=1, regrade=True)
+    run = grade(course, [PS], workers=2, regrade=True)
     assert {o.status for o in run.outcomes} == {"graded"}
     with Gradebook(url) as gb:
         for student in ("on_time", "late"):
