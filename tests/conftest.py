@@ -127,6 +127,26 @@ def graded_demo(tmp_path_factory):
     return run
 
 
+# ---------------------------------------------------------------------------------------------
+# Expensive independent runs, a few at a time (``from conftest import at_once``)
+
+# Most of the suite's slow runs (a chapter's kernel, an nbgrader validate, a make grade process)
+# keep one core busy; on the 2-core box two of them at once take about the time of one.
+# COURSE_TEST_JOBS=1 runs them one after another (to time each alone).
+TEST_JOBS = max(1, int(os.environ.get("COURSE_TEST_JOBS") or min(2, os.cpu_count() or 1)))
+
+
+def at_once(fn, items, jobs: int | None = None) -> list:
+    """``[fn(item) for item in items]``, computed ``jobs`` (default :data:`TEST_JOBS`) at a time
+    in threads: for calls that wait on processes of their own (a notebook's kernel, a grading
+    run), so the threads only wait. Items are started in the order given (longest first keeps the
+    queues even); an exception in a call is raised here, after the others have finished."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=jobs or TEST_JOBS) as workers:
+        return list(workers.map(fn, items))
+
+
 def pool(n: int, size: int = 3) -> list[tuple]:
     """``n`` distinct input tuples; the first element of input ``i`` is ``i``."""
     return [(torch.full((size,), float(i)),) for i in range(n)]

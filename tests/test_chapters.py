@@ -14,6 +14,7 @@ import re
 import nbformat
 import pytest
 
+from conftest import TEST_JOBS, at_once
 from grader.course import chapters
 from grader.tools.gpu_check_chapters import chapter_paths, execute_chapter, run_all
 
@@ -48,16 +49,12 @@ def test_every_chapter_is_expected():
     assert names == sorted(EXPECTED), names
 
 
-# Chapters executed at once, each in a kernel of its own: at CI size a chapter spends most of its
-# time in one core's Python (tracing, compiling, kernel start), so two at a time on the 2-core
-# box take about half as long as one after another. COURSE_CHAPTER_JOBS=1 runs them in turn.
-JOBS = max(1, int(os.environ.get("COURSE_CHAPTER_JOBS", "2")))
-
-
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """Run every chapter once; map file name -> (notebook or exception, seconds, records)."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Run every chapter once; map file name -> (notebook or exception, seconds, records).
+
+    Chapters run TEST_JOBS at a time (tests/conftest.py), each in a kernel of its own: at CI
+    size a chapter keeps about one core busy (tracing, compiling, the kernel's start)."""
 
     def run(path):
         name = os.path.basename(path)
@@ -73,13 +70,12 @@ def executed(tmp_path_factory):
 
     # the later chapters are the longer ones: started first, the two queues end close together
     paths = [p for p in reversed(chapter_paths()) if _selected(os.path.basename(p))]
-    with ThreadPoolExecutor(max_workers=JOBS) as pool:
-        out = dict(pool.map(run, paths))
+    out = dict(at_once(run, paths))
     times = {name: out[name][1] for name in sorted(out)}
     os.makedirs(ARTIFACTS, exist_ok=True)
     with open(os.path.join(ARTIFACTS, "chapter-times.json"), "w") as fh:
-        json.dump({"size": SIZE, "jobs": JOBS, "seconds": times, "total": sum(times.values())},
-                  fh, indent=1)
+        json.dump({"size": SIZE, "jobs": TEST_JOBS, "seconds": times,
+                   "total": sum(times.values())}, fh, indent=1)
     return out
 
 

@@ -26,6 +26,7 @@ import zipfile
 
 import pytest
 
+from conftest import at_once
 from grader.tools import clean_venv
 import fresh_machine
 from grader.cohort.demo import DEMO_FILE, expected_scores
@@ -79,9 +80,9 @@ def test_the_environment_is_what_a_fresh_machine_has(workdir, user):
     assert out.stdout.split() == ["None", str(user or 0), "False"]
 
 
-def _start_grading(folder: str, assignments, students, user, log) -> subprocess.Popen:
-    """``make grade``'s command line for ``students`` of ``assignments``, started (not awaited)
-    as ``user`` in a course folder of its own under ``folder``, printing to the file ``log``."""
+def _grade(folder: str, assignments, students, user) -> subprocess.CompletedProcess:
+    """``make grade``'s command line for ``students`` of ``assignments``, as ``user``, in a
+    course folder of its own under ``folder``."""
     course = _course(folder, assignments)
     home = os.path.join(folder, "home")
     os.makedirs(home)
@@ -89,8 +90,8 @@ def _start_grading(folder: str, assignments, students, user, log) -> subprocess.
         fresh_machine.give_to(folder, user)
     argv = [PYTHON, "-m", "grader.cli", "grade", "--course", course, "--demo-students",
             ",".join(students), *[x for a in assignments for x in ("--assignment", a)]]
-    return subprocess.Popen(fresh_machine.command(argv, user=user), stdout=log,
-                            stderr=subprocess.STDOUT, env=_env(home), cwd=course)
+    return subprocess.run(fresh_machine.command(argv, user=user), capture_output=True, text=True,
+                          timeout=1800, env=_env(home), cwd=course)
 
 
 # (assignments, students) per user: every kind of problem once with a full and a failing persona.
@@ -105,34 +106,23 @@ def _user(who: str):
 
 
 @pytest.fixture(scope="module")
-def fresh_grading():
-    """Both plans' ``make grade`` runs, started together and awaited together: each grades with
-    one worker (make grade's default), so on two cores the two runs take about the time of the
-    longer one instead of the sum. Maps who -> (return code, stdout and stderr)."""
+def fresh_grading(request):
+    """The plans' ``make grade`` runs (who -> its process; those the session's tests ask for),
+    run together: each grades with one worker (make grade's default), so on the 2-core box the
+    two take about the time of the longer one (tests/conftest.py's TEST_JOBS)."""
     import tempfile
 
-    folders, procs, logs = {}, {}, {}
+    test = test_make_grade_grades_the_demo_without_bubblewrap_to_the_written_down_scores
+    wanted = sorted({item.callspec.params["who"] for item in request.session.items
+                     if getattr(item, "function", None) is test})
+    folders = {}
+    for who in wanted:
+        folders[who] = tempfile.mkdtemp(prefix=f"fresh-machine-{who}-", dir="/tmp")
+        os.chmod(folders[who], 0o755)
     try:
-        for who in sorted(PLANS):
-            folders[who] = tempfile.mkdtemp(prefix=f"fresh-machine-{who}-", dir="/tmp")
-            os.chmod(folders[who], 0o755)
-            # a file, not a pipe: a pipe nobody reads while the other run is awaited would fill
-            # up and stall its run
-            logs[who] = tempfile.TemporaryFile(mode="w+", prefix=f"fresh-machine-{who}-")
-            procs[who] = _start_grading(folders[who], *PLANS[who], _user(who), logs[who])
-        done = {}
-        for who, proc in procs.items():
-            proc.wait(timeout=1800)
-            logs[who].seek(0)
-            done[who] = (proc.returncode, logs[who].read())
-        yield done
+        yield dict(zip(folders, at_once(
+            lambda who: _grade(folders[who], *PLANS[who], _user(who)), folders)))
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for log in logs.values():
-            log.close()
         if not os.environ.get("KEEP_FRESH"):
             for folder in folders.values():
                 shutil.rmtree(folder, ignore_errors=True)
@@ -144,8 +134,9 @@ def test_make_grade_grades_the_demo_without_bubblewrap_to_the_written_down_score
                                                                                    who):
     user = _user(who)
     assignments, students = PLANS[who]
-    returncode, out = fresh_grading[who]
-    assert returncode == 0, out[-4000:]
+    proc = fresh_grading[who]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
     # It says that the demo ran without the sandbox, and why.
     assert "submitted/ is empty: grading the demo students" in out
     assert "kernel confinement without bubblewrap (bubblewrap is not installed" in out

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from conftest import at_once
 from grader.cohort import assign
 
 ROOT = assign.COURSE_ROOT
@@ -71,10 +72,8 @@ def test_problem_definitions_match_the_notebooks():
 
 
 # The two validations of each set (its reference solution, its unsolved release), as the tests
-# below ask for them: each is an nbgrader process of its own that spends most of its time in one
-# core (the notebook's kernel compiling and measuring with one thread), so two at a time on the
-# 2-core box take about half as long as one after another. COURSE_VALIDATE_JOBS=1 runs them in turn.
-VALIDATE_JOBS = max(1, int(os.environ.get("COURSE_VALIDATE_JOBS", "2")))
+# below ask for them: each is an nbgrader process of its own that keeps about one core busy (the
+# notebook's kernel compiling and measuring with one thread), so they run TEST_JOBS at a time.
 VALIDATIONS = {
     "solved": lambda ps: ("validate", f"source/{ps}/{ps}.ipynb"),
     "unsolved": lambda ps: ("validate", "--invert", f"release/{ps}/{ps}.ipynb"),
@@ -87,18 +86,15 @@ VALIDATION_TESTS = {"test_reference_solution_passes_every_test": "solved",
 def validated(request):
     """``(how, ps) -> nbgrader validate's process`` for every validation this session's tests
     ask for (all fourteen in a full run, only the selected ones under ``-k``), run
-    VALIDATE_JOBS at a time, ps3 (the longest, about 50 s each) first."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    TEST_JOBS at a time (tests/conftest.py), ps3 (the longest, about 50 s each) first."""
     wanted = []
     for item in request.session.items:
         how = VALIDATION_TESTS.get(getattr(item, "originalname", None))
         if how and item.module is request.module:
             wanted.append((how, item.callspec.params["ps"]))
     wanted.sort(key=lambda pair: (pair[1] != "ps3", pair))
-    with ThreadPoolExecutor(max_workers=VALIDATE_JOBS) as pool:
-        procs = pool.map(lambda pair: _nbgrader(*VALIDATIONS[pair[0]](pair[1])), wanted)
-        return dict(zip(wanted, procs))
+    return dict(zip(wanted, at_once(lambda pair: _nbgrader(*VALIDATIONS[pair[0]](pair[1])),
+                                    wanted)))
 
 
 @pytest.mark.parametrize("ps", PROBLEM_SETS)
