@@ -18,6 +18,7 @@ import zipfile
 
 import pytest
 
+from conftest import at_once
 from grader.tools import clean_venv
 from grader.cohort.demo import expected_scores
 from grader.isolation import sandbox
@@ -159,12 +160,34 @@ def test_setup_sh_installs_no_notebook_machinery(setup_sh_python):
     assert clean_venv.importable(setup_sh_python, clean_venv.NOT_ON_GRADESCOPE) == []
 
 
-def test_run_autograder_grades_a_submission_into_gradescope_results(autograder_zip, tmp_path,
-                                                                    setup_sh_python):
-    root = _autograder_tree(autograder_zip, tmp_path)
-    with open(os.path.join(root, "submission", f"{ASSIGNMENT}.ipynb"), "w") as fh:
-        fh.write(_full_solution())
-    results, stdout = _run_autograder(root, setup_sh_python)
+PERSONA_RUNS = ["ben_partial", "eve_wrong", "fay_crash"]
+
+
+@pytest.fixture(scope="module")
+def graded_personas(request, autograder_zip, setup_sh_python, tmp_path_factory):
+    """run_autograder on the demo personas the session's tests ask for (the full solution and
+    the PERSONA_RUNS), each in a tree of its own, TEST_JOBS at a time (tests/conftest.py): each
+    run keeps about one core busy. persona -> (results.json, stdout)."""
+    wanted = []
+    for item in request.session.items:
+        if getattr(item, "function", None) is \
+                test_run_autograder_grades_a_submission_into_gradescope_results:
+            wanted.append("ada_full")
+        elif getattr(item, "function", None) is \
+                test_run_autograder_scores_the_demo_students_as_make_grade_does:
+            wanted.append(item.callspec.params["student"])
+
+    def run(student):
+        root = _autograder_tree(autograder_zip, tmp_path_factory.mktemp(f"gs-{student}"))
+        with open(os.path.join(root, "submission", f"{ASSIGNMENT}.ipynb"), "w") as fh:
+            fh.write(_persona(student))
+        return _run_autograder(root, setup_sh_python)
+
+    return dict(zip(wanted, at_once(run, wanted)))
+
+
+def test_run_autograder_grades_a_submission_into_gradescope_results(graded_personas):
+    results, stdout = graded_personas["ada_full"]     # the full solution
 
     assert validate_results(results) == []
     declared = declared_test_cells(ASSIGNMENT)
@@ -186,15 +209,11 @@ def test_run_autograder_grades_a_submission_into_gradescope_results(autograder_z
     assert results["stdout_visibility"] == "hidden"
 
 
-@pytest.mark.parametrize("student", ["ben_partial", "eve_wrong", "fay_crash"])
-def test_run_autograder_scores_the_demo_students_as_make_grade_does(autograder_zip, tmp_path,
-                                                                    setup_sh_python, student):
+@pytest.mark.parametrize("student", PERSONA_RUNS)
+def test_run_autograder_scores_the_demo_students_as_make_grade_does(graded_personas, student):
     """A partial, a wrong and a crashing submission, in setup.sh's environment: the demo's
     written-down scores (grader/cohort/demo_expected.json), each test with its reason."""
-    root = _autograder_tree(autograder_zip, tmp_path)
-    with open(os.path.join(root, "submission", f"{ASSIGNMENT}.ipynb"), "w") as fh:
-        fh.write(_persona(student))
-    results, stdout = _run_autograder(root, setup_sh_python)
+    results, stdout = graded_personas[student]
     assert validate_results(results) == []
     assert results["extra_data"]["finished"] is True, results["output"]
     assert results["score"] == expected_scores()[ASSIGNMENT][student], json.dumps(results)[:3000]

@@ -71,41 +71,76 @@ def test_problem_definitions_match_the_notebooks():
             assert "### BEGIN SOLUTION" in cells[0].source
 
 
-# The two validations of each set (its reference solution, its unsolved release), as the tests
-# below ask for them: each is an nbgrader process of its own that keeps about one core busy (the
-# notebook's kernel compiling and measuring with one thread), so they run TEST_JOBS at a time.
-VALIDATIONS = {
-    "solved": lambda ps: ("validate", f"source/{ps}/{ps}.ipynb"),
-    "unsolved": lambda ps: ("validate", "--invert", f"release/{ps}/{ps}.ipynb"),
-}
-VALIDATION_TESTS = {"test_reference_solution_passes_every_test": "solved",
-                    "test_unsolved_release_fails_every_test": "unsolved"}
+# The notebook runs the tests below ask for: each set's two validations (its reference solution,
+# its unsolved release; nbgrader processes) and ps3 solved in a plain kernel. Each keeps about one
+# core busy (the notebook's kernel compiling and measuring with one thread), so they run TEST_JOBS
+# at a time (tests/conftest.py).
+SELF_CHECK_PS = "ps3"
+
+
+def _validate(how: str, ps: str) -> subprocess.CompletedProcess:
+    if how == "solved":
+        return _nbgrader("validate", f"source/{ps}/{ps}.ipynb")
+    return _nbgrader("validate", "--invert", f"release/{ps}/{ps}.ipynb")
+
+
+def _self_check(ps: str, folder: str):
+    """A student's copy of ``ps`` (no source/ anywhere near it), solved, run in a plain kernel
+    in ``folder``: the executed notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from grader import _environment as environment
+
+    with open(os.path.join(ROOT, "release", ps, f"{ps}.ipynb")) as fh:
+        release_nb = json.load(fh)
+    with open(os.path.join(ROOT, "source", ps, f"{ps}.ipynb")) as fh:
+        source_nb = json.load(fh)
+    nb = nbformat.reads(json.dumps(_fill_solutions(release_nb, source_nb)), as_version=4)
+    env = {k: v for k, v in os.environ.items() if k != environment.ROOT}
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": folder}}).execute(env=env)
+    return nb
 
 
 @pytest.fixture(scope="module")
-def validated(request):
-    """``(how, ps) -> nbgrader validate's process`` for every validation this session's tests
-    ask for (all fourteen in a full run, only the selected ones under ``-k``), run
-    TEST_JOBS at a time (tests/conftest.py), ps3 (the longest, about 50 s each) first."""
+def notebook_runs(request, tmp_path_factory):
+    """``(how, ps) -> result`` for every run this session's tests ask for (all fifteen in a full
+    run, only the selected ones under ``-k``): nbgrader validate's process for ``solved`` and
+    ``unsolved``, the executed notebook for ``self-check``; ps3's (the longest, about 50 s
+    each) first."""
     wanted = []
     for item in request.session.items:
-        how = VALIDATION_TESTS.get(getattr(item, "originalname", None))
-        if how and item.module is request.module:
-            wanted.append((how, item.callspec.params["ps"]))
+        function = getattr(item, "function", None)
+        if function is test_reference_solution_passes_every_test:
+            wanted.append(("solved", item.callspec.params["ps"]))
+        elif function is test_unsolved_release_fails_every_test:
+            wanted.append(("unsolved", item.callspec.params["ps"]))
+        elif function is test_self_check_outside_nbgrader:
+            wanted.append(("self-check", SELF_CHECK_PS))
     wanted.sort(key=lambda pair: (pair[1] != "ps3", pair))
-    return dict(zip(wanted, at_once(lambda pair: _nbgrader(*VALIDATIONS[pair[0]](pair[1])),
-                                    wanted)))
+
+    def run(pair):
+        how, ps = pair
+        if how == "self-check":
+            try:
+                return _self_check(ps, str(tmp_path_factory.mktemp("self-check")))
+            except Exception as exc:     # a cell failed: reported by the test, not the fixture
+                return exc
+        return _validate(how, ps)
+
+    return dict(zip(wanted, at_once(run, wanted)))
 
 
 @pytest.mark.parametrize("ps", PROBLEM_SETS)
-def test_reference_solution_passes_every_test(validated, ps):
-    proc = validated["solved", ps]
+def test_reference_solution_passes_every_test(notebook_runs, ps):
+    proc = notebook_runs["solved", ps]
     assert "Success! Your notebook passes all the tests." in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("ps", PROBLEM_SETS)
-def test_unsolved_release_fails_every_test(validated, ps):
-    proc = validated["unsolved", ps]
+def test_unsolved_release_fails_every_test(notebook_runs, ps):
+    proc = notebook_runs["unsolved", ps]
     assert "Success! The notebook does not pass any tests." in proc.stdout, \
         proc.stdout + proc.stderr
 
@@ -122,27 +157,14 @@ def _fill_solutions(release_nb: dict, source_nb: dict) -> dict:
     return release_nb
 
 
-def test_self_check_outside_nbgrader(tmp_path):
+def test_self_check_outside_nbgrader(notebook_runs):
     """A student's copy of ps3 (no source/ anywhere near it), solved, run in a plain kernel:
     every self-check passes, q1's says what the rule answers and that its hidden jobs are judged
     only when graded (it never prints a break-even: the exploration cell measures it), and
     nothing reaches stderr."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    ps = "ps3"
-    with open(os.path.join(ROOT, "release", ps, f"{ps}.ipynb")) as fh:
-        release_nb = json.load(fh)
-    with open(os.path.join(ROOT, "source", ps, f"{ps}.ipynb")) as fh:
-        source_nb = json.load(fh)
-    nb = nbformat.reads(json.dumps(_fill_solutions(release_nb, source_nb)), as_version=4)
-    env_backup = os.environ.pop("COURSE_ROOT", None)
-    try:
-        NotebookClient(nb, timeout=600, kernel_name="python3",
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()
-    finally:
-        if env_backup is not None:
-            os.environ["COURSE_ROOT"] = env_backup
+    nb = notebook_runs["self-check", SELF_CHECK_PS]
+    if isinstance(nb, Exception):
+        raise nb
     checks = [c for c in nb.cells if c.cell_type == "code" and "check(\"ps3." in c.source
               and not c.source.lstrip().startswith("ev")]
     assert len(checks) == 2
