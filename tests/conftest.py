@@ -4,6 +4,18 @@ Every test starts from a clean Dynamo state (``torch._dynamo.reset()``) and runs
 thread: faster and more deterministic on the 2-core box, and what the grader itself uses for
 timed CPU measurements. Tests assert structure (graph counts, break causes, kernel counts,
 verdicts), never wall-clock time.
+
+Expensive runs are shared, not repeated (``make test`` must stay within 30 minutes on 2 cores):
+
+- ``graded_demo``: ps2's demo cohort graded once per session by ``grade()``; a test that needs
+  a graded demo course (its gradebook, report, feedback, CSV) reads this one and grades nothing.
+  A test that needs only the pipeline grades one or two submissions of its own, never a cohort.
+- ``at_once(fn, items)``: independent runs that each wait on processes of their own (a
+  notebook's kernel, an nbgrader or ``make grade`` process, a run_autograder) are computed two at
+  a time from one module-scoped fixture, which the parametrized tests read (test_chapters,
+  test_problem_sets, test_gradescope, test_fresh_machine); such a fixture runs only what the
+  session selected (``request.session.items``), so ``-k`` stays quick.
+- Full-size runs belong to ``make bench``, ``make bench-grade`` and ``make gpu-check``.
 """
 from __future__ import annotations
 

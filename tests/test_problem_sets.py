@@ -2,8 +2,8 @@
 release fails every autograded test, self-check works outside nbgrader, and failure messages name
 the learner's line.
 
-These compile real models on the CPU: about 5-7 minutes in all on a 2-core machine. Each problem
-set is validated once. ``nbgrader validate`` also proves that no test cell of a reference solution
+These compile real models on the CPU: about 5-7 minutes of notebook runs in all on a 2-core
+machine, run two at a time (tests/conftest.py's at_once). Each problem set is validated once. ``nbgrader validate`` also proves that no test cell of a reference solution
 writes to stderr: nbgrader scores such a cell zero, and validate would then report a failure.
 """
 from __future__ import annotations
