@@ -105,7 +105,7 @@ def _self_check(ps: str, folder: str):
 
 @pytest.fixture(scope="module")
 def notebook_runs(request, tmp_path_factory):
-    """``(how, ps) -> result`` for every run this session's tests ask for (all fifteen in a full
+    """``(how, ps) -> result`` for every run this session's tests ask for (all of them in a full
     run, only the selected ones under ``-k``): nbgrader validate's process for ``solved`` and
     ``unsolved``, the executed notebook for ``self-check``; ps3's (the longest, about 50 s
     each) first."""
