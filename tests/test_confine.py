@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+import sysconfig
 
 import pytest
 
@@ -71,6 +73,21 @@ def test_a_python_other_users_can_run_is_refused_plainly_where_the_packages_are_
             learner_python.for_other_users(sandbox.grader_package_dir())
     finally:
         learner_python.for_other_users.cache_clear()
+
+
+def test_the_copy_for_other_users_is_made_again_when_the_venv_has_moved(tmp_path, monkeypatch):
+    """A copy whose site-packages link names another venv's packages (the venv was copied or
+    moved) is not reused: it would run the learner on the other venv's grader."""
+    home = str(tmp_path / learner_python.COPY_DIR)
+    learner_python._ensure_copy(home)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    link = os.path.join(home, "lib", version, "site-packages")
+    assert os.readlink(link) == sysconfig.get_paths()["purelib"]
+    moved = str(tmp_path / "elsewhere" / "site-packages")
+    monkeypatch.setattr(learner_python.sysconfig, "get_paths",
+                        lambda real=sysconfig.get_paths: {**real(), "purelib": moved})
+    learner_python._ensure_copy(home)
+    assert os.readlink(link) == moved
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user id needs root")

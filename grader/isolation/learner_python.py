@@ -117,9 +117,11 @@ def for_other_users(grader_dir: str) -> tuple[str, dict[str, str]]:
 
 
 def _identity() -> str:
+    """What a copy was made from: the base interpreter and the packages its site-packages link
+    names (a venv copied or moved elsewhere has other packages: its copy is made again)."""
     exe = _base_executable()
     st = os.stat(exe)
-    return f"{exe} {st.st_size} {st.st_mtime_ns} {sys.version}\n"
+    return f"{exe} {st.st_size} {st.st_mtime_ns} {sys.version} {sysconfig.get_paths()['purelib']}\n"
 
 
 def _ensure_copy(home: str) -> None:
