@@ -556,11 +556,17 @@ def test_compiler_bisector_names_what_changes_a_result():
     assert found is None
 
 
-def test_emulate_precision_casts_rounds_as_eager_does():
+def test_emulate_precision_casts_rounds_as_eager_does_since_2_14():
+    """2.14 keeps a float32 -> bfloat16 -> float32 chain under emulate_precision_casts, so the
+    compiled residual is eager's; 2.8's joint-graph pass ``pointless_convert`` removes the chain
+    whatever the setting says (docs/versions.md), so the residual is 0 (run on 2.8.0)."""
     x = torch.randn(64, 64)
     with ti.emulate_precision_casts(), ti.fresh_inductor_cache():
         got = ti.compile_fresh(_round_trip)(x)
-    assert torch.equal(got, _round_trip(x))
+    if ti.torch_at_least(2, 14):
+        assert torch.equal(got, _round_trip(x))
+    else:
+        assert torch.count_nonzero(got) == 0 and torch.count_nonzero(_round_trip(x)) > 0
 
 
 def test_torch_logs_and_cudagraph_skips(capsys):
