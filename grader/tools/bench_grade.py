@@ -68,7 +68,7 @@ PARTS = {
     "learner cells": ("learner cells",),
     "subject's answers": ("correctness", "capture", "recompiles", "subject stop"),
     "reference side": ("reference side",),
-    "judge's graph checks": ("graph checks", "check fusion"),
+    "judge's graph checks": ("graph checks", "check fusion", "graph child"),
     "speed and job timing": ("check speed", "check job"),
     "nbgrader's autograde": ("nbgrader autograde",),
 }
