@@ -29,8 +29,10 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
 4. check and decide: outputs against the baseline's; the graph against the baseline on fresh
    inputs and on every shape and step the problem uses; kernels in the judge's own compile;
    speed of the judge's own compile of that graph against the baseline and the reference,
-   interleaved in this process (:mod:`grader.checks.timing`); a planning question's choices
-   against the totals the judge's own figures give each way of running the job.
+   interleaved (:mod:`grader.checks.timing`); a planning question's choices against the totals
+   the judge's own figures give each way of running the job. On a CPU the checks that compile
+   or run the learner's graph run in a child forked from this process, with its own memory and
+   time limits (:mod:`grader.isolation.graph_child`), and this process checks what it sends.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
@@ -131,8 +133,9 @@ class Judge:
 
     def __init__(self) -> None:
         self.sides: dict[tuple, ReferenceSide] = {}
-        # Set when a job overran the judge's own time limit: torch may have been stopped half
-        # way, so the process serves no further job (JudgeProcess starts a fresh one).
+        # Set when a job overran the judge's own time limit in this process (a GPU: no forked
+        # child): torch may have been stopped half way, so the process serves no further job
+        # (JudgeProcess starts a fresh one).
         self.tainted = False
 
     def side(self, problem: Problem, reference_cells: list[Cell] | None, device: str,
