@@ -220,8 +220,9 @@ def test_a_graph_right_only_where_it_is_checked_earns_nothing(judge):
         assert "on inputs with a negative mean" in checks[name]["message"], checks[name]["message"]
 
 
-# The graph a subject ships, made bigger than the problem needs in two ways: 19,950 more
-# operators (under the wire format's own MAX_NODES), or eight 512 MiB tensors alive at once.
+# The graph a subject ships, made bigger than the problem needs in two ways: operators added up
+# to 19,990 nodes in all (under the wire format's own MAX_NODES of 20,000), or eight 512 MiB
+# tensors alive at once.
 SWOLLEN_GRAPH = """
 import grader.isolation.channel as channel
 _write = channel.write_message
@@ -230,7 +231,7 @@ def _swell(header):
     graph = json.loads(json.dumps(header["graph"]))
     nodes, last = graph["nodes"], graph["graph_outputs"][0]
     if {how!r} == "nodes":
-        for i in range(19_950):
+        for i in range(19_990 - len(nodes)):
             nodes.append({{"op": "call_function", "name": f"x{{i}}", "target": "aten.add.Tensor",
                           "args": [last, last], "kwargs": {{}}}})
             last = {{"n": f"x{{i}}"}}
