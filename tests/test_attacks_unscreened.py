@@ -222,7 +222,9 @@ def test_a_graph_right_only_where_it_is_checked_earns_nothing(judge):
 
 # The graph a subject ships, made bigger than the problem needs in two ways: operators added up
 # to 19,990 nodes in all (under the wire format's own MAX_NODES of 20,000), or eight 512 MiB
-# tensors alive at once.
+# tensors alive at once. Graded through make grade's run, with and without bubblewrap, in
+# tests/test_attacks_escape.py's cohort (each scores 0 with the reason in seconds; the next
+# submissions keep their exact scores).
 SWOLLEN_GRAPH = """
 import grader.isolation.channel as channel
 _write = channel.write_message
@@ -247,26 +249,3 @@ import json
 channel.write_message = lambda fd, header, blob=b"": _write(
     fd, _swell(header) if isinstance(header.get("graph"), dict) else header, blob)
 """
-
-
-@pytest.mark.parametrize("how", ["nodes", "memory"])
-def test_a_graph_made_to_hold_the_judge_is_refused_in_seconds(judge, how):
-    """The judge bounds its own work on learner data by the problem's reference (operators and
-    bytes held at once, from the fake run): a swollen graph scores no structural point, with the
-    reason, in seconds; the next submission the same judge grades keeps its exact verdicts."""
-    import time
-
-    honest = PERSONAS["ps1"]["slow"]["ps1-q1-solution"]     # one graph, correct
-    checks = {"ps1.q1": ["correctness", "fullgraph", "breaks"]}
-    started = time.monotonic()
-    job = job_for(["ps1.q1"], [Cell("cell 7", SWOLLEN_GRAPH.format(how=how) + honest)],
-                  course_root=ROOT, timeout_s=240, checks=checks, screen=False)
-    result = judge.grade(job)["results"]["ps1.q1"]
-    message = result["checks"]["fullgraph"]["message"]
-    assert not result["checks"]["fullgraph"]["ok"] and "will not compile or run it" in message
-    assert ("operators, more than" if how == "nodes" else "MiB at once") in message, message
-    assert time.monotonic() - started < 120, "refused, but not in seconds"
-    after = judge.grade(job_for(["ps1.q1"], [Cell("cell 7", honest)], course_root=ROOT,
-                                timeout_s=240, checks=checks))["results"]["ps1.q1"]
-    assert all(c["ok"] for c in after["checks"].values()), after["checks"]
-
