@@ -19,8 +19,9 @@ What the judge makes of each ending (:class:`Bounded`):
 - ``failed``: the child raised in the grader's own code, died of a signal without saying it ran
   out of memory, or answered nonsense: a grader error, held for a person.
 
-A forked child cannot use CUDA once its parent has (:func:`can_fork`): on a GPU the judge runs
-these checks in its own process under its time limit alone (docs/trust.md, "What remains").
+A forked child can use neither CUDA nor autograd once its parent has (PyTorch refuses both): on
+a GPU (:func:`can_fork`) and for a training step the judge runs these checks in its own process
+under its time limit alone (docs/trust.md).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    speed of the judge's own compile of that graph against the baseline and the reference,
    interleaved (:mod:`grader.checks.timing`); a planning question's choices against the totals
    the judge's own figures give each way of running the job. On a CPU the checks that compile
-   or run the learner's graph run in a child forked from this process, with its own memory and
+   or run the learner's graph (of an inference problem) run in a child forked from this process, with its own memory and
    time limits (:mod:`grader.isolation.graph_child`), and this process checks what it sends.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
@@ -253,11 +253,13 @@ class Judge:
                     result.extra["traceback"] = ev.traceback
                 continue
             limit = _work_limit_s(problem, sides[key])
-            if problem.plan is None and graph_child.can_fork(device):
+            # A training problem's checks run backward, which a forked child cannot once this
+            # process has (autograd's threads do not survive a fork): they stay here too.
+            if problem.plan is None and not problem.training and graph_child.can_fork(device):
                 self._decide_in_a_child(problem, sides[key], ev, wanted[key], device, job,
                                         phases, result, limit)
                 continue
-            try:   # in this process (a GPU: a forked child cannot use CUDA), the time limit only
+            try:   # in this process (a GPU, a training step), under the time limit only
                 with _time_limit(limit):
                     result.checks = self._decide(problem, sides[key], ev, wanted[key], device,
                                                  job, lap)
