@@ -6,7 +6,8 @@ grader's manual scores survive a regrade, with timestamps and late penalties app
 applies them.
 
 Problem set 2 is the cheapest to grade (tests/ps2_submissions.py: its honest reference points).
-An escaped child and its victim (tests/test_attacks_escape.py) are graded here with bubblewrap.
+An escaped child and its victim, and graphs made to hold the judge (tests/test_attacks_escape.py),
+are graded here with bubblewrap.
 """
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ def attacked():
                                           forged=student in KERNEL_ATTACKS))
     for student, code in UNSCREENED.items():
         _write(course, student, _notebook(release_nb, code, None))
-    escape.write_cohort(course, release_nb)   # an escaped child and its victim
+    escape.write_cohort(course, release_nb)   # an escaped child, its victim, swollen graphs
     os.environ["COURSE_SECRET_TEST"] = SECRET  # an instructor's secret in the grading process
     os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join([*UNSCREENED, *escape.UNSCREENED])
     try:
@@ -207,6 +208,10 @@ def test_nothing_a_submission_started_is_left_running(attacked):
 def test_an_escaped_child_is_killed_and_counted_and_reached_nothing(attacked):
     escape.assert_killed_and_counted(attacked.course)
     escape.assert_reached_nothing(attacked.course)
+
+
+def test_a_graph_made_to_hold_the_judge_scores_0_in_seconds(attacked):
+    escape.assert_swollen_graphs_refused_in_seconds(attacked)
 
 
 def test_honest_submissions_keep_their_demo_scores(attacked):

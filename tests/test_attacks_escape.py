@@ -7,7 +7,9 @@ the judge's environment, maps and memory, kill the judge, and kill the subject o
 graded beside it.
 
 It reaches none of it; it is killed when its subject ends and counted (`subject_leftovers`); the
-submission graded beside it keeps its exact score. The attacker code runs unscreened (the tests'
+submission graded beside it keeps its exact score. In the same cohort, two subjects ship graphs
+made to hold the judge (20,000 operators; 4 GiB alive at once): each scores 0 in seconds, the
+reason in its feedback, and the submissions after them keep their exact scores. The attacker code runs unscreened (the tests'
 switch), in the subject only: nbgrader's notebook kernel, which re-runs the notebook for the
 feedback, is confined only by bubblewrap until it stops running learner code (docs/trust.md), and
 that is not what this tests.
@@ -85,15 +87,54 @@ if getattr(getattr(__main__, "__spec__", None), "name", "") == "grader.isolation
 """ + PASS_CLASS
 
 
-# Both score what the honest model earns.
-EXPECTED = {"escapee": HONEST_POINTS, "victim": HONEST_POINTS}
-UNSCREENED = ("escapee", "victim")
+# Graphs made to hold the judge (tests/test_attacks_unscreened.SWOLLEN_GRAPH, shipped by the
+# subject in front of the honest model): 19,950 extra operators, or eight 512 MiB tensors alive
+# at once. Each is refused with the reason (so no kernel count, and ps2's correctness cell needs
+# the fused kernels: 0), in seconds; the submissions graded beside and after them keep theirs.
+SWOLLEN = {"swollen_nodes": ("nodes", "operators, more than"),
+           "swollen_memory": ("memory", "MiB at once, more than")}
+SWOLLEN_SECONDS = 60
+
+# The escapee and its victim score what the honest model earns; a swollen graph nothing.
+EXPECTED = {"escapee": HONEST_POINTS, "victim": HONEST_POINTS, **{s: 0 for s in SWOLLEN}}
+UNSCREENED = ("escapee", "victim", *SWOLLEN)
 
 
 def write_cohort(course: str, release_nb) -> None:
-    """The escapee and its victim, as submissions of ``course``."""
+    """The escapee, its victim and the swollen graphs, as submissions of ``course``."""
+    from test_attacks_unscreened import SWOLLEN_GRAPH
+
     _write(course, "escapee", _notebook(release_nb, _escape_cell(course), None))
     _write(course, "victim", _notebook(release_nb, VICTIM_CELL, None))
+    for student, (how, _) in SWOLLEN.items():
+        _write(course, student, _notebook(release_nb, SWOLLEN_GRAPH.format(how=how) + PASS_CLASS,
+                                          None))
+
+
+# The phases of a judged result that are the judge's own work after the subject is gone.
+JUDGE_PHASES = ("graph checks", "graph child", "check compiled", "check fusion", "check speed")
+
+
+def assert_swollen_graphs_refused_in_seconds(run) -> None:
+    """Each swollen graph scored 0, the judge's own work on it done within
+    :data:`SWOLLEN_SECONDS` (the whole submission's seconds, the subject's included, are printed:
+    on an idle 2-core machine a ps2 submission takes 10-30 s), its reason in the judged result and
+    in the feedback; ``_scores`` (checked beside this) holds everyone else's."""
+    seconds = {o.submission.student: o.seconds for o in run.outcomes}
+    for student, (_, reason) in SWOLLEN.items():
+        result = judged(run.course, student)
+        phases = result.get("phases") or {}
+        judge_s = sum(phases.get(name, 0.0) for name in JUDGE_PHASES)
+        print(f"{student}: the judge's checks {judge_s:.1f} s, the submission {seconds[student]:.1f} s")
+        assert judge_s < SWOLLEN_SECONDS, (student, phases)
+        checks = result["checks"]
+        said = checks["fullgraph"]["message"]
+        assert not checks["fullgraph"]["ok"] and "will not compile or run it" in said, said
+        assert reason in said, said
+        folder = os.path.join(run.course, "feedback", student, PS)
+        feedback = "".join(open(os.path.join(folder, f)).read() for f in os.listdir(folder)
+                           if f.endswith(".html"))
+        assert "will not compile or run it" in feedback and reason in feedback, student
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +185,10 @@ def test_the_escaped_child_is_killed_and_counted(escaped):
 
 def test_the_escaped_child_reached_nothing(escaped):
     assert_reached_nothing(escaped.course)
+
+
+def test_a_graph_made_to_hold_the_judge_scores_0_in_seconds(escaped):
+    assert_swollen_graphs_refused_in_seconds(escaped)
 
 
 def test_the_submission_beside_it_keeps_its_exact_score(escaped):

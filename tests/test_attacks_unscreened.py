@@ -220,8 +220,11 @@ def test_a_graph_right_only_where_it_is_checked_earns_nothing(judge):
         assert "on inputs with a negative mean" in checks[name]["message"], checks[name]["message"]
 
 
-# The graph a subject ships, made bigger than the problem needs in two ways: 19,950 more
-# operators (under the wire format's own MAX_NODES), or eight 512 MiB tensors alive at once.
+# The graph a subject ships, made bigger than the problem needs in two ways: operators added up
+# to 19,990 nodes in all (under the wire format's own MAX_NODES of 20,000), or eight 512 MiB
+# tensors alive at once. Graded through make grade's run, with and without bubblewrap, in
+# tests/test_attacks_escape.py's cohort (each scores 0 with the reason in seconds; the next
+# submissions keep their exact scores).
 SWOLLEN_GRAPH = """
 import grader.isolation.channel as channel
 _write = channel.write_message
@@ -230,7 +233,7 @@ def _swell(header):
     graph = json.loads(json.dumps(header["graph"]))
     nodes, last = graph["nodes"], graph["graph_outputs"][0]
     if {how!r} == "nodes":
-        for i in range(19_950):
+        for i in range(19_990 - len(nodes)):
             nodes.append({{"op": "call_function", "name": f"x{{i}}", "target": "aten.add.Tensor",
                           "args": [last, last], "kwargs": {{}}}})
             last = {{"n": f"x{{i}}"}}
@@ -246,26 +249,3 @@ import json
 channel.write_message = lambda fd, header, blob=b"": _write(
     fd, _swell(header) if isinstance(header.get("graph"), dict) else header, blob)
 """
-
-
-@pytest.mark.parametrize("how", ["nodes", "memory"])
-def test_a_graph_made_to_hold_the_judge_is_refused_in_seconds(judge, how):
-    """The judge bounds its own work on learner data by the problem's reference (operators and
-    bytes held at once, from the fake run): a swollen graph scores no structural point, with the
-    reason, in seconds; the next submission the same judge grades keeps its exact verdicts."""
-    import time
-
-    honest = PERSONAS["ps1"]["slow"]["ps1-q1-solution"]     # one graph, correct
-    checks = {"ps1.q1": ["correctness", "fullgraph", "breaks"]}
-    started = time.monotonic()
-    job = job_for(["ps1.q1"], [Cell("cell 7", SWOLLEN_GRAPH.format(how=how) + honest)],
-                  course_root=ROOT, timeout_s=240, checks=checks, screen=False)
-    result = judge.grade(job)["results"]["ps1.q1"]
-    message = result["checks"]["fullgraph"]["message"]
-    assert not result["checks"]["fullgraph"]["ok"] and "will not compile or run it" in message
-    assert ("operators, more than" if how == "nodes" else "MiB at once") in message, message
-    assert time.monotonic() - started < 120, "refused, but not in seconds"
-    after = judge.grade(job_for(["ps1.q1"], [Cell("cell 7", honest)], course_root=ROOT,
-                                timeout_s=240, checks=checks))["results"]["ps1.q1"]
-    assert all(c["ok"] for c in after["checks"].values()), after["checks"]
-

@@ -5,6 +5,7 @@ Uses the small problem in tests/fixture_problems.py ("fx.q1": remove an `.item()
 timed with the `eager` backend so that these tests stay quick).
 """
 import os
+import signal
 import subprocess
 import textwrap
 
@@ -328,23 +329,76 @@ def test_a_grader_failure_is_the_graders_and_a_learner_crash_is_the_learners():
 
 
 
+def _graph_job() -> dict:
+    return job_for(["fx.q1"], [Cell("cell 5", GOOD)], problem_module="fixture_problems",
+                   course_root=TESTS_DIR, timeout_s=120,
+                   checks={"fx.q1": ["correctness", "fullgraph", "speed"]})
+
+
+def _still_serves(the_judge: Judge) -> None:
+    """The judge process that met a bad graph grades the next submission as before."""
+    after = the_judge.grade(_graph_job())["results"]["fx.q1"]
+    assert after["checks"]["correctness"]["ok"] and after["checks"]["fullgraph"]["ok"], after
+    assert after["graph_child"]["ended"] == "done"
+
+
 def test_the_judges_own_work_on_a_graph_has_a_time_limit(monkeypatch):
-    """Past its time limit the judge stops checking the learner's graph: no structural point,
-    the reason said, the correctness verdict kept; and the judge process serves no further job
-    (torch may have been stopped half way), so the next submission gets a fresh one."""
+    """Past its time limit the judge's child that checks the learner's graph is killed: no
+    structural point, the reason said, the correctness verdict kept; the judge itself ran none of
+    it, so it grades the next submission as before."""
     from grader.isolation import judge as judge_module
 
     monkeypatch.setattr(judge_module, "_work_limit_s", lambda problem, side: 0.05)
     the_judge = Judge()
-    job = job_for(["fx.q1"], [Cell("cell 5", GOOD)], problem_module="fixture_problems",
-                  course_root=TESTS_DIR, timeout_s=120,
-                  checks={"fx.q1": ["correctness", "fullgraph", "speed"]})
-    result = the_judge.grade(job)["results"]["fx.q1"]
+    result = the_judge.grade(_graph_job())["results"]["fx.q1"]
     assert result["checks"]["correctness"]["ok"]
     for name in ("fullgraph", "speed"):
         assert not result["checks"][name]["ok"]
         assert "stopped checking the graph" in result["checks"][name]["message"]
-    assert the_judge.tainted
+    assert result["graph_child"]["ended"] == "time" and not the_judge.tainted
+    monkeypatch.undo()
+    _still_serves(the_judge)
+
+
+# One graph, correct, with a 192 MiB tensor of zeros alive in it (under the graph budget).
+HEAVY = GOOD.replace("return torch.cos(y / (m + 1.0)).exp()",
+                     "pad = torch.zeros(48 * 1024 * 1024, device=x.device)\n"
+                     "        return torch.cos(y / (m + 1.0)).exp() + pad.sum()")
+
+
+def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
+    """The child that compiles and runs the learner's graph has an address-space limit of its
+    own (here 64 MiB more than it was forked with): a graph that needs more scores no structural
+    point, the reason said (the child's own report, or the judge's run of the graph failing to
+    allocate: a check that catches the graph's exceptions reports it as the graph's);
+    the judge is untouched and grades the next submission as before."""
+    from grader.isolation import judge as judge_module
+
+    monkeypatch.setattr(judge_module, "_child_memory_bytes", lambda side: 64 * 1024 ** 2)
+    the_judge = Judge()
+    job = _graph_job()
+    job["learner_cells"] = [Cell("cell 5", HEAVY).to_dict()]
+    result = the_judge.grade(job)["results"]["fx.q1"]
+    assert result["status"] == "ok" and result["checks"]["correctness"]["ok"], result
+    assert result["graph_child"]["ended"] in ("memory", "done"), result["graph_child"]
+    said = result["checks"]["fullgraph"]["message"]
+    assert "GiB of memory this problem allows" in said or "allocate memory" in said, said
+    assert not result["checks"]["fullgraph"]["ok"] and not result["checks"]["speed"]["ok"]
+    monkeypatch.undo()
+    _still_serves(the_judge)
+
+
+def test_the_judges_child_dying_otherwise_is_the_graders_failure(monkeypatch):
+    """Killed for a reason that is not the graph's limits (here SIGKILL from outside, as the
+    machine's OOM killer would): a grader error held for a person, never the learner's 0."""
+    from grader.isolation import judge as judge_module
+
+    monkeypatch.setattr(judge_module.Judge, "_decide",
+                        lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
+    result = Judge().grade(_graph_job())["results"]["fx.q1"]
+    assert result["status"] == "grader_error", result
+    assert "not a verdict on your code" in result["message"]
+    assert "SIGKILL" in result["message"] and result["graph_child"]["ended"] == "failed"
 
 
 def test_make_grades_memory_setting_is_the_subjects_own_limit():

@@ -31,6 +31,11 @@ class Phases:
         """A step timed elsewhere (a judge's own phases, reported back to the attempt)."""
         self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 3)
 
+    def resume(self) -> None:
+        """Start the next lap now: the time since the previous one was charged elsewhere (with
+        :meth:`record`)."""
+        self._mark = time.monotonic()
+
     def elapsed(self) -> float:
         """Seconds since the stopwatch started."""
         return time.monotonic() - self.started

@@ -29,8 +29,10 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
 4. check and decide: outputs against the baseline's; the graph against the baseline on fresh
    inputs and on every shape and step the problem uses; kernels in the judge's own compile;
    speed of the judge's own compile of that graph against the baseline and the reference,
-   interleaved in this process (:mod:`grader.checks.timing`); a planning question's choices
-   against the totals the judge's own figures give each way of running the job.
+   interleaved (:mod:`grader.checks.timing`); a planning question's choices against the totals
+   the judge's own figures give each way of running the job. On a CPU the checks that compile
+   or run the learner's graph (of an inference problem) run in a child forked from this process, with its own memory and
+   time limits (:mod:`grader.isolation.graph_child`), and this process checks what it sends.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
@@ -65,7 +67,7 @@ from grader.checks import correctness, custom_ops, fusion, graph_artifact, targe
 from grader.checks.phases import Phases
 from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.checks.wire import Packer, ProtocolError, decode
-from grader.isolation import channel, sandbox, static_check
+from grader.isolation import channel, graph_child, sandbox, static_check
 from grader.checks.jobs import JobFigures
 from grader.isolation.reference_side import ReferenceSide, timed_version, traced_inputs
 from grader.isolation.source import Cell
@@ -136,8 +138,9 @@ class Judge:
 
     def __init__(self) -> None:
         self.sides: dict[tuple, ReferenceSide] = {}
-        # Set when a job overran the judge's own time limit: torch may have been stopped half
-        # way, so the process serves no further job (JudgeProcess starts a fresh one).
+        # Set when a job overran the judge's own time limit in this process (a GPU: no forked
+        # child): torch may have been stopped half way, so the process serves no further job
+        # (JudgeProcess starts a fresh one).
         self.tainted = False
 
     def side(self, problem: Problem, reference_cells: list[Cell] | None, device: str,
@@ -255,7 +258,14 @@ class Judge:
                     result.extra["traceback"] = ev.traceback
                 continue
             limit = _work_limit_s(problem, sides[key])
-            try:
+            # A training problem's checks run backward, which a forked child cannot once this
+            # process has (autograd's threads do not survive a fork): they stay here too.
+            if problem.plan is None and not problem.training and graph_child.can_fork(device):
+                with graph_artifact.extra_operators(ev.operators):
+                    self._decide_in_a_child(problem, sides[key], ev, wanted[key], device, job,
+                                            phases, result, limit)
+                continue
+            try:   # in this process (a GPU, a training step), under the time limit only
                 with _time_limit(limit), graph_artifact.extra_operators(ev.operators):
                     result.checks = self._decide(problem, sides[key], ev, wanted[key], device,
                                                  job, lap)
@@ -274,6 +284,53 @@ class Judge:
                       GRADER_FAILED.format(what=f"{type(exc).__name__} in the judge"))
                 result.extra["traceback"] = traceback.format_exc()
         return self._finish(results, phases)
+
+    def _decide_in_a_child(self, problem: Problem, side: ReferenceSide, ev: Evidence,
+                           wanted: list[str], device: str, job: dict, phases: Phases,
+                           result: ProblemResult, limit: float) -> None:
+        """:meth:`_decide` in a child of this process with its own memory and time limits
+        (:mod:`grader.isolation.graph_child`): the checks that compile and run the learner's
+        graph. A graph past either limit scores no structural point, with the reason; the
+        child's own failure is the grader's, held for a person. This process stays as it was."""
+        def work() -> dict:
+            laps = Phases()
+            with ti.inductor_config_patch(compile_threads=1):
+                checks = self._decide(problem, side, ev, wanted, device, job, laps.lap)
+            return {"checks": {name: c.to_dict() for name, c in checks.items()},
+                    "phases": laps.seconds}
+
+        allowance = _child_memory_bytes(side)
+        bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance)
+        result.extra["graph_child"] = {"ended": bounded.kind, "seconds": round(bounded.seconds, 2),
+                                       "limit_s": round(limit), "memory_bytes": allowance}
+        checks = _checks_from_child(bounded.value, wanted) if bounded.kind == "done" else None
+        if bounded.kind == "done" and checks is not None:
+            result.checks = checks
+            for name, seconds in bounded.value["phases"].items():
+                phases.record(name, seconds)
+            phases.record("graph child", max(0.0, bounded.seconds
+                                             - sum(bounded.value["phases"].values())))
+            phases.resume()
+            return
+        phases.lap("graph checks")
+        if bounded.kind in ("time", "memory"):
+            # The learner's graph needed more than the problem allows: nothing structural, the
+            # reason said; the correctness verdict (the subject's outputs) stays.
+            why = (f"the grader stopped checking the graph your code compiles to after "
+                   f"{limit:.0f} s, several times what this problem's reference needs"
+                   if bounded.kind == "time" else
+                   f"the grader's checks of the graph your code compiles to needed more than the "
+                   f"{allowance / 2 ** 30:.1f} GiB of memory this problem allows them "
+                   f"({bounded.why})")
+            result.checks = {name: CheckOutcome(False, f"not credited: {why}", "fail")
+                             for name in wanted if name != "correctness"}
+            if ev.correctness is not None:
+                result.checks = {"correctness": ev.correctness, **result.checks}
+            return
+        _stop(result, Status.GRADER_ERROR, GRADER_FAILED.format(
+            what="in the judge's child process that checks your graph: " + (
+                bounded.why if bounded.kind == "failed" else "it sent a malformed answer")))
+        result.extra["traceback"] = bounded.traceback or bounded.why
 
     @staticmethod
     def _finish(results: dict, phases: Phases) -> dict:
@@ -404,6 +461,8 @@ class Judge:
         header, blob = ev.graph
         try:
             loaded = graph_artifact.load(header, blob, baseline=side.base_model, device=device)
+            if _over_budget(side, len(loaded.operators), 0):
+                return True   # not even its fake run: refused by its size alone
             graph_artifact.check_on(loaded, loaded.module(side.base_model, device,
                                                           training=problem.training),
                                     traced_inputs(problem, device, 0))
@@ -455,8 +514,11 @@ class Judge:
         header, blob = ev.graph
         try:
             loaded = graph_artifact.load(header, blob, baseline=side.base_model, device=device)
-            module = loaded.module(side.base_model, device, training=problem.training)
-            peak = graph_artifact.check_on(loaded, module, traced_inputs(problem, device, 0))
+            # Its size first: an oversized graph is refused before it is even built.
+            peak = 0
+            if not _over_budget(side, len(loaded.operators), peak):
+                module = loaded.module(side.base_model, device, training=problem.training)
+                peak = graph_artifact.check_on(loaded, module, traced_inputs(problem, device, 0))
         except graph_artifact.GraphRefused as exc:
             return GraphCheck(False, "\n".join([f"compiles with fullgraph=True, but is not one "
                                                 f"graph as the grader defines it: {exc}",
@@ -485,9 +547,12 @@ class Judge:
                 try:
                     other = graph_artifact.load(got[0], got[1], baseline=side.base_model,
                                                 device=device)
-                    graph_here = other.module(side.base_model, device, training=problem.training)
-                    peak = graph_artifact.check_on(other, graph_here,
-                                                   make(seeded_generator(0), device))
+                    peak = 0
+                    if not _over_budget(side, len(other.operators), peak):
+                        graph_here = other.module(side.base_model, device,
+                                                  training=problem.training)
+                        peak = graph_artifact.check_on(other, graph_here,
+                                                       make(seeded_generator(0), device))
                 except graph_artifact.GraphRefused as exc:
                     return GraphCheck(False, f"compiles with fullgraph=True, but on {name} it is "
                                              f"not one graph as the grader defines it: {exc}",
@@ -831,6 +896,40 @@ def _over_budget(side: ReferenceSide, operators: int, peak_bytes: int) -> str:
         return (f"its tensors hold {peak_bytes / 2**20:,.0f} MiB at once, more than the "
                 f"{max_bytes / 2**20:,.0f} MiB this problem allows")
     return ""
+
+
+# Memory the judge's child may add to what it holds when forked, for the checks of one graph:
+# room for compiling and timing (the baseline's and the reference's calls too), plus a few times
+# the most bytes the problem lets a graph's tensors hold at once (ReferenceSide.graph_budget).
+CHILD_MEMORY_BASE = 2 * 1024 ** 3
+CHILD_MEMORY_FACTOR = 4
+
+
+def _child_memory_bytes(side: ReferenceSide) -> int:
+    """How much the judge's child may add to its address space while it checks a learner's
+    graph: :data:`CHILD_MEMORY_BASE` plus :data:`CHILD_MEMORY_FACTOR` x the graph budget's
+    bytes."""
+    return CHILD_MEMORY_BASE + CHILD_MEMORY_FACTOR * side.graph_budget()[1]
+
+
+def _checks_from_child(value, wanted: list[str]) -> dict[str, CheckOutcome] | None:
+    """The child's outcomes, each checked to be a check this job wanted, in the form a
+    :class:`CheckOutcome` has; ``None`` when anything is off (the grader's failure)."""
+    if not isinstance(value, dict) or not isinstance(value.get("checks"), dict) \
+            or not isinstance(value.get("phases"), dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, (int, float)) and v >= 0
+               for k, v in value["phases"].items()):
+        return None
+    out = {}
+    for name, outcome in value["checks"].items():
+        if name not in wanted or not isinstance(outcome, dict) \
+                or not isinstance(outcome.get("ok"), bool) \
+                or not isinstance(outcome.get("message"), str) \
+                or outcome.get("verdict", "pass") not in ("pass", "fail", "inconclusive"):
+            return None
+        out[name] = CheckOutcome.from_dict(outcome)
+    return out
 
 
 def _with_the_gate(problem: Problem, wanted: list[str]) -> list[str]:

@@ -68,7 +68,7 @@ PARTS = {
     "learner cells": ("learner cells",),
     "subject's answers": ("correctness", "capture", "recompiles", "subject stop"),
     "reference side": ("reference side",),
-    "judge's graph checks": ("graph checks", "check fusion"),
+    "judge's graph checks": ("graph checks", "check fusion", "graph child"),
     "speed and job timing": ("check speed", "check job"),
     "nbgrader's autograde": ("nbgrader autograde",),
 }
@@ -77,7 +77,8 @@ PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process t
               "answers = its outputs on the judge's inputs, the graph it captured, its compile "
               "count, and stopping it; reference side = the baseline and reference the judge "
               "keeps (built once per judge, before the first submission); judge's graph checks = "
-              "rebuilding the graph and checking it against the baseline, counting kernels; "
+              "rebuilding the graph and checking it against the baseline, counting kernels, and "
+              "starting and waiting for the judge's child that does it on a CPU; "
               "speed and job timing include the judge's compile of the learner's graph; "
               "nbgrader's autograde = recording the judged points and building the graded "
               "notebook (no cell runs); total = the whole submission, copies and merge included.")

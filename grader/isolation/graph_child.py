@@ -1,0 +1,201 @@
+"""The judge's own work on a learner's graph, in a child of the judge with limits of its own.
+
+The judge (:mod:`grader.isolation.judge`) never runs learner Python, but it does compile and run
+the learner's graph (rebuilt from data it checked): a graph can be made to cost far more than
+its problem needs. So the checks of one problem's graph run in a child forked from the judge
+after its references are built (:func:`run_bounded`): the child inherits the built baseline and
+reference (nothing is rebuilt, nothing of the learner's is imported), keeps only the environment
+a compile needs, lowers its own address-space limit (``RLIMIT_AS``: lowering needs no privilege,
+as root or as any user) to what it holds now plus the problem's allowance, compiles with one
+compile worker (no pool of compile processes to start or leave behind), computes, and sends the
+outcomes back as JSON on a pipe. The judge validates them; it kills the child at the time limit.
+
+What the judge makes of each ending (:class:`Bounded`):
+
+- ``done``: the child's outcomes (validated by the caller);
+- ``memory``: the child ran out of its address space (an allocation failed): the graph needed
+  more memory than its problem allows, the learner's 0 with the reason;
+- ``time``: no answer within the time limit: the child is killed, the learner's 0 with the reason;
+- ``failed``: the child raised in the grader's own code, died of a signal without saying it ran
+  out of memory, or answered nonsense: a grader error, held for a person.
+
+A forked child can use neither CUDA nor autograd once its parent has (PyTorch refuses both): on
+a GPU (:func:`can_fork`) and for a training step the judge runs these checks in its own process
+under its time limit alone (docs/trust.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import signal
+import threading
+import time
+import traceback
+
+from grader.checks.wire import ProtocolError
+from grader.isolation import channel, confine
+
+# The variables the child keeps (a name, or a prefix ending in "_"): the compiler, its caches,
+# the locale. Everything else of the judge's environment is dropped before the graph is compiled.
+CHILD_ENV = ("PATH", "HOME", "TMPDIR", "USER", "LANG", "LC_", "TZ", "LD_LIBRARY_PATH", "CC",
+             "CXX", "PYTHONPATH", "PYTHONHASHSEED", "TORCHINDUCTOR_", "TORCH_", "OMP_", "MKL_")
+# What an allocation that failed says (torch's CPU allocator, Python, the C library).
+OUT_OF_MEMORY = ("can't allocate memory", "cannot allocate memory", "not enough memory",
+                 "out of memory", "std::bad_alloc")
+# The exit status of a child that ran out of memory and could not even say so on the pipe.
+NO_MEMORY_TO_REPLY = 75
+
+
+@dataclasses.dataclass
+class Bounded:
+    """How the child ended: ``kind`` is 'done', 'memory', 'time' or 'failed'; ``value`` the
+    child's answer ('done'), ``why`` the reason in words, ``traceback`` the grader's own failure
+    (for the instructor), ``seconds`` the child's wall time."""
+
+    kind: str
+    value: object = None
+    why: str = ""
+    traceback: str = ""
+    seconds: float = 0.0
+
+
+def can_fork(device: str) -> bool:
+    """Whether the checks can run in a forked child here: on a CPU, from the main thread (a
+    fork copies only the calling thread; the judge process has no other of its own)."""
+    return device == "cpu" and threading.current_thread() is threading.main_thread() \
+        and hasattr(os, "fork")
+
+
+def address_space_bytes() -> int:
+    """This process's virtual memory size now (``VmSize``): what a fork starts with."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmSize in /proc/self/status")
+
+
+def run_bounded(work, *, seconds: float, memory_bytes: int) -> Bounded:
+    """``work()`` (returning JSON-able data) in a forked child whose address space may grow by
+    ``memory_bytes`` at most, killed after ``seconds``; how it ended."""
+    read_fd, write_fd = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:   # the child: never returns
+        os.close(read_fd)
+        _child(work, write_fd, memory_bytes)
+    os.close(write_fd)
+    try:
+        os.setpgid(pid, pid)   # its own group (the child sets it too): killed with whatever it started
+    except OSError:
+        pass
+    try:
+        header, _ = channel.read_message(read_fd, _deadline_reader(started + seconds))
+    except TimeoutError:
+        _wait(pid)
+        return Bounded("time", why=f"it ran past {seconds:.0f} s",
+                       seconds=time.monotonic() - started)
+    except (EOFError, OSError, ProtocolError) as exc:
+        status = _wait(pid, grace_s=5.0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == NO_MEMORY_TO_REPLY:
+            return Bounded("memory", why="an allocation failed",
+                           seconds=time.monotonic() - started)
+        return Bounded("failed", why=f"the grader's child process {_status(status)} without an "
+                                     f"answer ({type(exc).__name__})",
+                       seconds=time.monotonic() - started)
+    finally:
+        os.close(read_fd)
+    _wait(pid)
+    took = time.monotonic() - started
+    if "value" in header:
+        return Bounded("done", header["value"], seconds=took)
+    if isinstance(header.get("memory"), str):
+        return Bounded("memory", why=header["memory"][:300], seconds=took)
+    return Bounded("failed", why=str(header.get("error", "an answer of no known kind"))[:300],
+                   traceback=str(header.get("traceback", ""))[-8000:], seconds=took)
+
+
+def _child(work, write_fd: int, memory_bytes: int) -> None:
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        try:
+            confine.die_with_parent()
+        except confine.Unavailable:
+            pass
+        for name in list(os.environ):
+            if not any(name == k or (k.endswith("_") and name.startswith(k)) for k in CHILD_ENV):
+                del os.environ[name]
+        limit = address_space_bytes() + memory_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        try:
+            reply = {"value": work()}
+        except MemoryError:
+            reply = {"memory": "an allocation failed (MemoryError)"}
+        except BaseException as exc:  # noqa: BLE001 (the child answers for every failure)
+            if out_of_memory(exc):
+                reply = {"memory": f"an allocation failed ({type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0][:200] if str(exc) else ''})"}
+            else:
+                reply = {"error": f"{type(exc).__name__}: {exc}"[:2000],
+                         "traceback": traceback.format_exc()}
+        try:
+            channel.write_message(write_fd, json.loads(json.dumps(reply, default=str)))
+        except MemoryError:
+            code = NO_MEMORY_TO_REPLY
+    except MemoryError:
+        code = NO_MEMORY_TO_REPLY
+    except BaseException:  # noqa: BLE001
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says an allocation failed."""
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or any(s.lower() in text for s in OUT_OF_MEMORY)
+
+
+def _kill(pid: int) -> None:
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+        except OSError:
+            pass
+
+
+def _wait(pid: int, grace_s: float = 0.0) -> int:
+    """The child's exit status: after ``grace_s`` for it to end by itself (so that its own end
+    is told apart from ours), then killed."""
+    end = time.monotonic() + grace_s
+    try:
+        while time.monotonic() < end:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                _kill(pid)   # whatever it started, in its group
+                return status
+            time.sleep(0.02)
+        _kill(pid)
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return 0
+
+
+def _status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def _deadline_reader(deadline: float):
+    import select
+
+    def read(fd: int, n: int) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        return os.read(fd, n)
+    return read
