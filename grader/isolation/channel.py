@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
+import time
 
 from grader.checks.wire import ProtocolError
 
@@ -40,6 +42,17 @@ def _read_exactly(fd: int, n: int, deadline_read) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def deadline_reader(deadline: float):
+    """An ``os.read`` for :func:`read_message` that raises ``TimeoutError`` at ``deadline``
+    (``time.monotonic()``) instead of waiting for a process that does not answer."""
+    def read(fd: int, n: int) -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError("the process did not answer in time")
+        return os.read(fd, n)
+    return read
 
 
 def read_message(fd: int, reader=os.read, max_blob: int = MAX_BLOB_BYTES) -> tuple[dict, bytes]:

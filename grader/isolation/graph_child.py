@@ -92,7 +92,7 @@ def run_bounded(work, *, seconds: float, memory_bytes: int) -> Bounded:
     except OSError:
         pass
     try:
-        header, _ = channel.read_message(read_fd, _deadline_reader(started + seconds))
+        header, _ = channel.read_message(read_fd, channel.deadline_reader(started + seconds))
     except TimeoutError:
         _wait(pid)
         return Bounded("time", why=f"it ran past {seconds:.0f} s",
@@ -188,14 +188,3 @@ def _status(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exited with status {os.WEXITSTATUS(status)}"
-
-
-def _deadline_reader(deadline: float):
-    import select
-
-    def read(fd: int, n: int) -> bytes:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise TimeoutError
-        return os.read(fd, n)
-    return read

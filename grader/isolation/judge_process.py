@@ -57,7 +57,7 @@ class JudgeProcess:
             try:
                 self.proc.stdin.write(channel.encode_message(job))
                 self.proc.stdin.flush()
-                reply, _ = channel.read_message(self.reply_fd, _deadline_reader(deadline))
+                reply, _ = channel.read_message(self.reply_fd, channel.deadline_reader(deadline))
                 return reply
             except TimeoutError:
                 self.close()
@@ -83,14 +83,3 @@ class JudgeProcess:
         if self.reply_fd is not None:
             os.close(self.reply_fd)
             self.reply_fd = None
-
-
-def _deadline_reader(deadline: float):
-    import select
-
-    def read(fd: int, n: int) -> bytes:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise TimeoutError
-        return os.read(fd, n)
-    return read

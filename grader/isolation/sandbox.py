@@ -48,7 +48,7 @@ import threading
 import time
 
 from grader import _environment as environment
-from grader.isolation import confine, learner_python
+from grader.isolation import channel, confine, learner_python
 
 GIB = 1024 ** 3
 # Unprivileged user ids for sandboxes started by root: far above real users and the ranges
@@ -657,14 +657,7 @@ class Running:
     def reader(self, deadline: float):
         """An ``os.read`` for the reply channel that raises ``TimeoutError`` at ``deadline``
         (``time.monotonic()``) instead of waiting for a process that does not answer."""
-        import select
-
-        def read(fd: int, n: int) -> bytes:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError("the process did not answer in time")
-            return os.read(fd, n)
-        return read
+        return channel.deadline_reader(deadline)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
