@@ -1,8 +1,8 @@
 """The package's layout: one folder per role, imports pointing one way (docs/design.md), and no
 import cycle between any two modules.
 
-checks <- problems <- isolation <- cohort; course -> checks; nothing imports the tools or the
-command line. Within a role too, modules import one way: the graph of every import between the
+common <- checks <- problems <- isolation <- cohort; course -> checks; every role may import
+common, which imports none; nothing imports the tools or the command line. Within a role too, modules import one way: the graph of every import between the
 package's modules (function-level imports included) has no cycle. Notebooks import each module by
 its path in its role; no alias of one sits at the top of the package.
 """
@@ -19,13 +19,14 @@ PACKAGE = os.path.dirname(grader.__file__)
 # role -> the roles its modules may import (every role may import itself, grader._paths,
 # grader._environment and grader._files).
 ALLOWED = {
-    "checks": set(),
-    "problems": {"checks"},
-    "isolation": {"checks", "problems"},
-    "cohort": {"checks", "problems", "isolation"},
-    "course": {"checks"},
-    "tools": {"checks", "problems", "isolation", "cohort", "course"},
-    "cli": {"checks", "problems", "isolation", "cohort", "course", "tools"},
+    "common": set(),
+    "checks": {"common"},
+    "problems": {"common", "checks"},
+    "isolation": {"common", "checks", "problems"},
+    "cohort": {"common", "checks", "problems", "isolation"},
+    "course": {"common", "checks"},
+    "tools": {"common", "checks", "problems", "isolation", "cohort", "course"},
+    "cli": {"common", "checks", "problems", "isolation", "cohort", "course", "tools"},
 }
 # Top-level aliases removed in 0.2.0 (issue 34) -> the module that is the code; no file of the
 # course may import the old name (a notebook installing an older release on Colab still can).

@@ -43,7 +43,7 @@ ATTACK = f'''
 import os, sys, threading, time, json
 import grader.checks.timing, grader.checks.correctness, grader.checks.graph_artifact as ga
 import grader.isolation.channel as channel
-from grader.checks.wire import Packer
+from grader.common.wire import Packer
 time.perf_counter = lambda: 0.0
 grader.checks.timing.compare = lambda *a, **k: None
 grader.checks.correctness.compare_output = lambda *a, **k: None

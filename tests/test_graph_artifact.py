@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from grader.checks import graph_artifact as ga
-from grader.checks.wire import Packer
+from grader.common.wire import Packer
 
 
 class Cached(nn.Module):

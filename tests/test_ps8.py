@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from grader.checks import custom_ops, graph_artifact
-from grader.checks.wire import Packer
+from grader.common.wire import Packer
 from grader.cohort.demo import expected_scores
 from grader.isolation.check import Evaluation, job_for, score_cell
 from grader.isolation.judge import Judge

@@ -99,7 +99,7 @@ def test_an_inconclusive_verdict_is_flagged_for_review_not_paid(tmp_path):
 def test_markdown_tables_have_one_row_per_item_and_escape_bars():
     """Every Markdown table (benchmarks, chapters' claims, Gradescope figures) is written by one
     function: a header, a rule, one line per row, a `|` inside a cell kept inside it."""
-    from grader.checks.tables import markdown_table
+    from grader.common.tables import markdown_table
 
     text = markdown_table(["set", "time"], [["ps1", 3], ["a|b", "4 s"]])
     assert text.splitlines() == ["| set | time |", "|---|---|", "| ps1 | 3 |", "| a\\|b | 4 s |"]

@@ -35,7 +35,7 @@ import torch
 from grader.checks import _torch_internals as ti
 from grader.checks import graph_artifact
 from grader.checks.results import CheckOutcome
-from grader.checks.wire import Packer
+from grader.common.wire import Packer
 
 # How far the learner's backward may be from the problem's own (float32, one op).
 GRAD_TOLERANCE = (1e-4, 1e-5)

@@ -47,7 +47,7 @@ from typing import Any, Callable
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks.wire import DTYPES, Packer, ProtocolError, decode
+from grader.common.wire import DTYPES, Packer, ProtocolError, decode
 
 FORMAT = "course-graph/2"
 MAX_NODES = 20_000

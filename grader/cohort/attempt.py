@@ -17,7 +17,7 @@ from typing import Iterator
 
 from grader import _files as files
 from grader.cohort.collect import Submission
-from grader.checks.phases import Phases
+from grader.common.phases import Phases
 from grader.isolation import sandbox
 from grader import _environment as environment
 

@@ -1,7 +1,7 @@
 """Messages between the judge and the subject: a JSON header and raw tensor bytes, nothing pickled.
 
 One message is ``MAGIC``, the header's length and the blob's length (8 bytes each), the header
-(UTF-8 JSON, an object) and the blob (tensors, :mod:`grader.checks.wire`). Whatever the subject
+(UTF-8 JSON, an object) and the blob (tensors, :mod:`grader.common.wire`). Whatever the subject
 sends, the judge only parses JSON and copies bytes, within the limits below.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import select
 import struct
 import time
 
-from grader.checks.wire import ProtocolError
+from grader.common.wire import ProtocolError
 
 MAGIC = b"CTC1"
 _LENGTHS = struct.Struct("<QQ")

@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 
-from grader.checks.wire import ProtocolError
+from grader.common.wire import ProtocolError
 from grader.isolation import channel, confine
 
 # The variables the child keeps (a name, or a prefix ending in "_"): the compiler, its caches,

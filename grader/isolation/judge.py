@@ -64,9 +64,9 @@ import torch
 
 from grader.checks import _torch_internals as ti
 from grader.checks import correctness, custom_ops, fusion, graph_artifact, targets
-from grader.checks.phases import Phases
+from grader.common.phases import Phases
 from grader.checks.results import CheckOutcome, ProblemResult, Status
-from grader.checks.wire import Packer, ProtocolError, decode
+from grader.common.wire import Packer, ProtocolError, decode
 from grader.isolation import channel, graph_child, sandbox, static_check
 from grader.checks.jobs import JobFigures
 from grader.isolation.reference_side import ReferenceSide, timed_version, traced_inputs

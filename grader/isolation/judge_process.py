@@ -13,7 +13,7 @@ import threading
 import time
 
 
-from grader.checks.wire import ProtocolError
+from grader.common.wire import ProtocolError
 from grader.isolation import channel, sandbox
 
 

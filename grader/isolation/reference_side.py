@@ -18,7 +18,7 @@ import torch
 from grader.checks import _torch_internals as ti
 from grader.checks import custom_ops, graph_artifact, jobs, timing
 from grader.checks.jobs import JobFigures
-from grader.checks.wire import Packer
+from grader.common.wire import Packer
 from grader.isolation.source import Cell
 from grader.problems import NO_COMPILE, Problem, seeded_generator
 

@@ -51,7 +51,7 @@ import torch
 
 from grader.checks import _torch_internals as ti
 from grader.checks import breaks, custom_ops, graph_artifact, recompiles
-from grader.checks.wire import Packer, ProtocolError, decode
+from grader.common.wire import Packer, ProtocolError, decode
 from grader.isolation import channel
 from grader.isolation.source import Cell, strip_magics
 from grader.problems import Problem, get_problem

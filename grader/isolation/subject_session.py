@@ -15,7 +15,7 @@ import time
 
 
 from grader.checks.results import Status
-from grader.checks.wire import ProtocolError
+from grader.common.wire import ProtocolError
 from grader.isolation import channel, sandbox
 
 DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3

@@ -25,7 +25,7 @@ from grader.checks.targets import SpeedTarget, default_device, device_class, jud
 from grader.checks.timing import compare, first_call_seconds
 from grader.course.workloads import build
 from grader._paths import REPO_ROOT
-from grader.checks.tables import markdown_table
+from grader.common.tables import markdown_table
 
 
 class _Broken(torch.nn.Module):

@@ -23,7 +23,7 @@ from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
 from grader.cohort.merge import Graded
 from grader._paths import REPO_ROOT
-from grader.checks.tables import markdown_table
+from grader.common.tables import markdown_table
 
 REPO = REPO_ROOT
 

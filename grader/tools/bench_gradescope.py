@@ -36,7 +36,7 @@ from grader._paths import REPO_ROOT
 from grader import _files as files
 from grader.cohort.gradescope import build_autograder, installed_torch_pins
 from grader import _environment as environment
-from grader.checks.tables import markdown_table
+from grader.common.tables import markdown_table
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
-from grader.checks.tables import markdown_table
+from grader.common.tables import markdown_table
 
 REPO = REPO_ROOT
 NOTEBOOKS = os.path.join(REPO, "notebooks")

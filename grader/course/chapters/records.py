@@ -14,7 +14,7 @@ import torch
 
 from grader.checks.targets import device_class
 from grader.checks.timing import Estimate
-from grader.checks.tables import markdown_table
+from grader.common.tables import markdown_table
 from grader.course.chapters.core import DEVICE, SIZE
 from grader import _environment as environment
 
