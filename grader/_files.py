@@ -26,7 +26,9 @@ NBGRADER_CONFIG = "nbgrader_config.py"
 GRADEBOOK = "gradebook.db"
 ROSTER = "canvas-roster.csv"                # Canvas's gradebook export, if the instructor put it there
 ASSIGNMENT_MAP = "canvas-assignments.csv"   # nbgrader assignment -> Canvas assignment (nbgrader,canvas)
-SOURCE = "source"
+NOTEBOOKS = "notebooks"                    # the chapters
+SOURCE = "source"                          # the instructor's assignments (nbgrader)
+RELEASE = "release"                        # what students get (nbgrader generate_assignment)
 DOWNLOADS = "downloads"
 SUBMITTED = "submitted"
 AUTOGRADED = "autograded"
@@ -51,6 +53,11 @@ REPORT_HTML = "report.html"
 GRADESCOPE_CONFIG = "gradescope.json"           # in the zip's course/: the assignment, its deadline
 GRADESCOPE_MEASURED = "gradescope_measured.json"  # beside gradescope.py: `bench-gradescope --save`
 GRADESCOPE_RESULTS = "results.json"             # what Gradescope reads, in ROOT/results/
+# Gradescope's container: ROOT/source (the unzipped autograder), ROOT/submission, ROOT/results.
+GRADESCOPE_SOURCE = "source"
+GRADESCOPE_SUBMISSION = "submission"
+GRADESCOPE_RESULTS_DIR = "results"
+GRADESCOPE_COURSE = "course"                    # the course inside the zip (ROOT/source/course)
 
 # One submission's grading copy.
 JUDGED_SCORES_FILE = "judged-scores.json"       # the points and verdicts the judge decided

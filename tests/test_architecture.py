@@ -219,6 +219,13 @@ def test_every_file_name_is_spelled_in_one_module():
     assert {"gradebook.db", "judged-scores.json", "nbgrader_config.py"} <= names, names
     spelled = _spelled(r"[\"']([\w.-]+\.\w+)[\"']", outside="grader._files", keep=names)
     assert not spelled, "\n".join(spelled)
+    # Folder names too, wherever a path is joined (a cell's "source" key is not a folder).
+    folders = {value for key, value in vars(_files).items()
+               if key.isupper() and isinstance(value, str) and "." not in value}
+    assert {"source", "release", "submitted", "notebooks"} <= folders, folders
+    joined = [hit for hit in _spelled(r"os\.path\.join\((.*)", outside="grader._files")
+              if set(re.findall(r"[\"']([\w-]+)[\"']", hit.split(": ", 1)[1])) & folders]
+    assert not joined, "\n".join(joined)
 
 
 LONG_MODULE_LINES = 420   # "no module over ~400 lines without a reason written at its top"

@@ -36,7 +36,7 @@ def nbgrader_env() -> dict:
 
 def assignments(course_root: str = COURSE_ROOT) -> list[str]:
     """Every problem set in ``source/`` (folders named ps*), sorted."""
-    folder = os.path.join(course_root, "source")
+    folder = os.path.join(course_root, files.SOURCE)
     if not os.path.isdir(folder):
         return []
     return sorted(name for name in os.listdir(folder)
@@ -61,10 +61,10 @@ def release(names: Iterable[str] | None = None, course_root: str = COURSE_ROOT) 
     names = list(names) if names else assignments(course_root)
     written = []
     for name in names:
-        if not os.path.isdir(os.path.join(course_root, "source", name)):
+        if not os.path.isdir(os.path.join(course_root, files.SOURCE, name)):
             raise FileNotFoundError(f"no source/{name} in {course_root}")
         nbgrader("generate_assignment", name, "--force", "--no-db", cwd=course_root)
-        folder = os.path.join(course_root, "release", name)
+        folder = os.path.join(course_root, files.RELEASE, name)
         for fname in sorted(os.listdir(folder)):
             if fname.endswith(".ipynb"):
                 path = os.path.join(folder, fname)
@@ -103,10 +103,10 @@ def stale_notebooks(course_root: str = COURSE_ROOT) -> list[str]:
     problems = []
     with tempfile.TemporaryDirectory(prefix="release-check-") as tmp:
         shutil.copy(os.path.join(course_root, files.NBGRADER_CONFIG), tmp)
-        shutil.copytree(os.path.join(course_root, "source"), os.path.join(tmp, "source"))
+        shutil.copytree(os.path.join(course_root, files.SOURCE), os.path.join(tmp, files.SOURCE))
         release(course_root=tmp)
-        fresh_root = os.path.join(tmp, "release")
-        committed_root = os.path.join(course_root, "release")
+        fresh_root = os.path.join(tmp, files.RELEASE)
+        committed_root = os.path.join(course_root, files.RELEASE)
         for name in assignments(tmp):
             fresh = sorted(f for f in os.listdir(os.path.join(fresh_root, name))
                            if f.endswith(".ipynb"))

@@ -104,7 +104,7 @@ def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, st
     return nb
 
 
-DEMO_FILE = os.path.join("source", "demo_cohort.py")
+DEMO_FILE = os.path.join(files.SOURCE, "demo_cohort.py")
 
 
 _STUB = re.compile(r"^([ \t]*)# YOUR CODE HERE[ \t]*\n[ \t]*raise NotImplementedError\(\)[ \t]*\n?",
@@ -174,14 +174,14 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
     os.makedirs(demo, exist_ok=True)
     shutil.copy(os.path.join(course, files.NBGRADER_CONFIG), os.path.join(demo, files.NBGRADER_CONFIG))
     for assignment in assignments:
-        src = os.path.join(course, "source", assignment)
-        dst = os.path.join(demo, "source", assignment)
+        src = os.path.join(course, files.SOURCE, assignment)
+        dst = os.path.join(demo, files.SOURCE, assignment)
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
         nbgrader("generate_assignment", assignment, "--force", cwd=demo)
         name = next(n for n in sorted(os.listdir(src)) if n.endswith(".ipynb"))
         source_nb = nbformat.read(os.path.join(src, name), as_version=4)
-        release_nb = nbformat.read(os.path.join(demo, "release", assignment, name), as_version=4)
+        release_nb = nbformat.read(os.path.join(demo, files.RELEASE, assignment, name), as_version=4)
         raw = json.dumps(nbformat.from_dict(release_nb), indent=1)
         made = {**personas_for(assignment, release_nb, source_nb,
                                demo_solutions(course).get(assignment)),

@@ -498,13 +498,13 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
 
     started = time.monotonic()
     root = root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
-    course = course or os.path.join(root, "source", "course")
+    course = course or os.path.join(root, files.GRADESCOPE_SOURCE, files.GRADESCOPE_COURSE)
     with open(os.path.join(course, files.GRADESCOPE_CONFIG)) as fh:
         config = json.load(fh)
     assignment = assignment or config["assignment"]
     if deadline_s is None:
         deadline_s = float(os.environ.get(DEADLINE_ENV) or config.get("deadline_s") or 0)
-    out_dir = os.path.join(root, "results")
+    out_dir = os.path.join(root, files.GRADESCOPE_RESULTS_DIR)
     os.makedirs(out_dir, exist_ok=True)
     out_path = os.path.join(out_dir, files.GRADESCOPE_RESULTS)
     state = {"result": None, "notebook": "", "isolation": "", "stopping": False, "written": None}
@@ -560,7 +560,7 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
                 write(pending=NOT_FINISHED)
 
         try:
-            state["notebook"] = find_submission_notebook(os.path.join(root, "submission"), expected)
+            state["notebook"] = find_submission_notebook(os.path.join(root, files.GRADESCOPE_SUBMISSION), expected)
             print(f"grading {state['notebook']} as {assignment}", flush=True)
             state["result"] = grade_notebook(
                 state["notebook"], assignment, course,
@@ -622,8 +622,8 @@ def main(argv: list[str] | None = None) -> int:
 
         traceback.print_exc(file=sys.stdout)
         root = args.root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
-        os.makedirs(os.path.join(root, "results"), exist_ok=True)
-        _write_json(os.path.join(root, "results", files.GRADESCOPE_RESULTS), {
+        os.makedirs(os.path.join(root, files.GRADESCOPE_RESULTS_DIR), exist_ok=True)
+        _write_json(os.path.join(root, files.GRADESCOPE_RESULTS_DIR, files.GRADESCOPE_RESULTS), {
             "score": 0.0, "stdout_visibility": "hidden", "tests": [],
             "output": f"The autograder could not start ({type(exc).__name__}: {str(exc)[:300]}); "
                       "this is not a verdict on your code: tell your instructor.",

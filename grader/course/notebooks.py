@@ -5,10 +5,11 @@ import glob
 import json
 import os
 
+from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.course.colab import INSTALL_CELL, INSTALL_CELL_TAG
 
-COURSE_FOLDERS = ("notebooks", "source", "release")
+COURSE_FOLDERS = (files.NOTEBOOKS, files.SOURCE, files.RELEASE)
 
 
 def course_root() -> str:

@@ -24,6 +24,7 @@ from grader.checks.breaks import fullgraph_check, graph_break_report
 from grader.checks.targets import SpeedTarget, default_device, device_class, judge_speed
 from grader.checks.timing import compare, first_call_seconds
 from grader.course.workloads import build
+from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
@@ -160,7 +161,7 @@ def calibrate_floors(device: str, fraction: float = 0.8, only: list[str] | None 
     floors = json.load(open(FLOORS_FILE)) if os.path.exists(FLOORS_FILE) else {}
     rows = []
     root = REPO_ROOT
-    for ps in sorted(os.listdir(os.path.join(root, "source"))):
+    for ps in sorted(os.listdir(os.path.join(root, files.SOURCE))):
         try:
             module = __import__(f"grader.problems.{ps}", fromlist=["PROBLEMS"])
         except ImportError:

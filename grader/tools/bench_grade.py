@@ -22,6 +22,7 @@ import time
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
 from grader.cohort.merge import Graded
+from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench-results/bench-grade.md", help="markdown file to write")
     args = parser.parse_args(argv)
     assignments = args.assignment or sorted(
-        d for d in os.listdir(os.path.join(REPO, "source"))
-        if os.path.isdir(os.path.join(REPO, "source", d)))
+        d for d in os.listdir(os.path.join(REPO, files.SOURCE))
+        if os.path.isdir(os.path.join(REPO, files.SOURCE, d)))
     worker_counts = [int(w) for w in args.workers.split(",")]
     executors = args.executors.split(",")
     mode, isolation = sandbox_mode()

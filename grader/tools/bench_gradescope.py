@@ -77,13 +77,13 @@ def fake_tree(assignment: str, folder: str, torch_pins: str | None = None) -> st
                                 course=REPO_ROOT, torch_pins=torch_pins)
     root = os.path.join(folder, "autograder")
     with zipfile.ZipFile(zip_path) as zf:
-        zf.extractall(os.path.join(root, "source"))
-    shutil.copy(os.path.join(root, "source", "run_autograder"), os.path.join(root, "run_autograder"))
-    os.makedirs(os.path.join(root, "submission"))
-    source = nbformat.read(os.path.join(REPO_ROOT, "source", assignment, f"{assignment}.ipynb"), 4)
-    release = nbformat.read(os.path.join(REPO_ROOT, "release", assignment, f"{assignment}.ipynb"), 4)
+        zf.extractall(os.path.join(root, files.GRADESCOPE_SOURCE))
+    shutil.copy(os.path.join(root, files.GRADESCOPE_SOURCE, "run_autograder"), os.path.join(root, "run_autograder"))
+    os.makedirs(os.path.join(root, files.GRADESCOPE_SUBMISSION))
+    source = nbformat.read(os.path.join(REPO_ROOT, files.SOURCE, assignment, f"{assignment}.ipynb"), 4)
+    release = nbformat.read(os.path.join(REPO_ROOT, files.RELEASE, assignment, f"{assignment}.ipynb"), 4)
     nbformat.write(personas_for(assignment, release, source)["ada_full"],
-                   os.path.join(root, "submission", f"{assignment}.ipynb"))
+                   os.path.join(root, files.GRADESCOPE_SUBMISSION, f"{assignment}.ipynb"))
     return root
 
 
@@ -97,7 +97,7 @@ def measure(assignment: str, *, cpus: int | None = None, interval: float = 0.1,
     try:
         root = fake_tree(assignment, folder)
         python = gradescope_venv(os.path.join(folder, "venv"),
-                                 os.path.join(root, "source", "course"))
+                                 os.path.join(root, files.GRADESCOPE_SOURCE, files.GRADESCOPE_COURSE))
         # A cold compiler cache, as in Gradescope's fresh container for every submission (the
         # judge's default cache, /tmp/torchinductor_USER, would be warm from earlier runs here).
         env = dict(os.environ, AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=python,
@@ -124,7 +124,7 @@ def measure(assignment: str, *, cpus: int | None = None, interval: float = 0.1,
             time.sleep(interval)
         wall = time.monotonic() - started
         reader.join(10)
-        with open(os.path.join(root, "results", files.GRADESCOPE_RESULTS)) as fh:
+        with open(os.path.join(root, files.GRADESCOPE_RESULTS_DIR, files.GRADESCOPE_RESULTS)) as fh:
             results = json.load(fh)
         return {"assignment": assignment, "wall_s": round(wall, 1),
                 "peak_rss_mb": round(peak / 2**20), "cpus": len(cores) if cores else os.cpu_count(),

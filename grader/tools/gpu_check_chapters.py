@@ -18,10 +18,11 @@ import tempfile
 import time
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
+from grader import _files as files
 from grader.common.tables import markdown_table
 
 REPO = REPO_ROOT
-NOTEBOOKS = os.path.join(REPO, "notebooks")
+NOTEBOOKS = os.path.join(REPO, files.NOTEBOOKS)
 
 
 def chapter_paths(folder: str = NOTEBOOKS) -> list[str]:
