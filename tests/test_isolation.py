@@ -406,21 +406,19 @@ def test_make_grades_memory_setting_is_the_subjects_own_limit():
     """MEMORY_GB (--memory-gb) reaches the process that runs learner code: the subject reads its
     own address-space limit, as the run's settings hand it down (make grade -> attempt -> job;
     8 GiB, not the judge's default of 6 GiB)."""
-    import dataclasses
-
     from grader.cohort.attempt import AttemptSettings
-    from grader.cohort.grade import Run
-    from grader.cohort.settings import GradeSettings
+    from grader.cohort.settings import GradeSettings, add_arguments, from_arguments
+    import argparse
 
-    options = GradeSettings(memory_gb=8).run_options()
-    run_ = Run(course=".", assignments=["ps1"], **{k: v for k, v in options.items()
-                                                    if k in {f.name for f in dataclasses.fields(Run)}})
-    assert run_.memory_bytes == 8 * 2 ** 30
-    assert AttemptSettings(sandbox="off", memory_bytes=run_.memory_bytes).memory_bytes == 8 * 2 ** 30
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    settings = from_arguments(parser.parse_args(["--memory-gb", "8"]))
+    attempt = AttemptSettings(settings.probed("off"))   # what run_attempt hands grade_notebook
+    assert attempt.grade.memory_bytes == 8 * 2 ** 30
     job = job_for(["fx.q1"], [Cell("cell 5", "import resource\n"
                                              "raise ValueError(f'limit={resource.getrlimit("
                                              "resource.RLIMIT_AS)[0]}')\n")],
                   problem_module="fixture_problems", course_root=TESTS_DIR, timeout_s=120,
-                  checks={"fx.q1": ["correctness"]}, screen=False, memory_bytes=run_.memory_bytes)
+                  checks={"fx.q1": ["correctness"]}, screen=False, memory_bytes=attempt.grade.memory_bytes)
     result = Judge().grade(job).to_dict()["results"]["fx.q1"]
     assert f"limit={8 * 2 ** 30}" in result["message"], result

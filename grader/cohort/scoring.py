@@ -68,7 +68,8 @@ class JudgedScores:
     @classmethod
     def load(cls, path: str) -> "JudgedScores | None":
         """What :meth:`save` wrote (``None`` when the file is missing or not this format): the
-        one reader of a submission's judged scores, for the report and anything after it."""
+        one reader of a submission's judged scores (nbgrader's judged autograde, the report, the
+        demo's check of its expected scores)."""
         try:
             with open(path) as fh:
                 data = json.load(fh)
