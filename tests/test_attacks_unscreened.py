@@ -165,8 +165,7 @@ def _grade(judge, kind: str, attack: bool) -> dict:
     source = OWN.get(kind) or PERSONAS[persona[0]][persona[1]][grade_id]
     cells = [Cell("cell 7", (ATTACK if attack else "") + source)]
     job = job_for(keys, cells, course_root=ROOT, timeout_s=240,
-                  checks={k: checks for k in keys}, screen=False)
-    job["budget_s"] = 8.0
+                  checks={k: checks for k in keys}, screen=False, budget_s=8.0)
     return judge.grade(job).to_dict()["results"][keys[0]]
 
 

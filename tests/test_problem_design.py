@@ -51,8 +51,7 @@ def judge():
 def grade(judge, keys: list[str], source: str, checks: list[str] | None = None) -> dict:
     job = job_for(keys, [Cell("cell 7", source)], course_root=ROOT,
                   checks={k: [c for c in get_problem(k).checks if checks is None or c in checks]
-                          for k in keys})
-    job["budget_s"] = 8.0
+                          for k in keys}, budget_s=8.0)
     return judge.grade(job).to_dict()["results"]
 
 

@@ -57,8 +57,8 @@ def judge():
 def grade(judge, source: str, checks: list[str] | None = None, reference: str = "off") -> dict:
     problem = get_problem("ps7.q1")
     job = job_for(["ps7.q1"], [Cell("cell 7", source)], course_root=ROOT, reference=reference,
-                  checks={"ps7.q1": [c for c in problem.checks if checks is None or c in checks]})
-    job["budget_s"] = 8.0
+                  checks={"ps7.q1": [c for c in problem.checks if checks is None or c in checks]},
+                  budget_s=8.0)
     return judge.grade(job).to_dict()["results"]
 
 
