@@ -212,3 +212,34 @@ def test_a_submission_is_judged_with_the_measured_deadline_and_the_cell_says_why
     deadline = jobs.subject_deadline_s(problems, 40.0)
     assert own.jobs[0].op == BUILD_REFERENCES and own.jobs[1].timeout_s == deadline
     assert judged.solutions["ps2-q1-solution"]["deadline_s"] == deadline
+
+
+def test_the_judged_scores_file_has_one_reader():
+    """Every function of the grader that names the judged-scores file reads it through
+    JudgedScores.load (grader.cohort.scoring), never with a json.load of its own: one reader
+    means one place that knows the file's form."""
+    import ast
+
+    import grader
+
+    names = {"JUDGED_SCORES_FILE", "RESULTS_FILE", "judged_scores_file"}
+    package = os.path.dirname(grader.__file__)
+    offenders = []
+    for folder, _, found in os.walk(package):
+        for name in found:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("cohort", "scoring.py")):
+                continue
+            for node in ast.walk(ast.parse(open(path).read())):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                inside = list(ast.walk(node))
+                named = any(isinstance(n, (ast.Name, ast.Attribute)) and
+                            (getattr(n, "id", None) in names or getattr(n, "attr", None) in names)
+                            for n in inside)
+                parses = any(isinstance(n, ast.Attribute) and n.attr in ("load", "loads")
+                             and isinstance(n.value, ast.Name) and n.value.id == "json"
+                             for n in inside)
+                if named and parses:
+                    offenders.append(f"{os.path.relpath(path, package)}: {node.name}")
+    assert not offenders, offenders
