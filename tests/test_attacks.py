@@ -65,7 +65,7 @@ KERNEL_ATTACKS = {
                                "    print('[PASS] everything')\n"
                                "    return 3.0 if grade_id.endswith('speed') else None\n"),
     "patch_cell_scores": (PASS_CLASS, (
-        "import grader.isolation.check as gc\n"
+        "import grader.isolation.cell_scores as gc\n"
         "gc.CellScore.from_dict = classmethod(lambda cls, d: cls(d['grade_id'], d['max_points'], "
         "d['max_points'], d['partial'], '[PASS] all good'))\n")),
     "snoop": (BLANK, None),      # filled in below: it needs the course's paths

@@ -29,7 +29,8 @@ import subprocess
 
 import pytest
 
-from grader.isolation.check import job_for, reference_cells
+from grader.isolation.jobs import job_for
+from grader.isolation.reference_cells import reference_cells
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell
 from grader.problems import get_problem
@@ -164,9 +165,8 @@ def _grade(judge, kind: str, attack: bool) -> dict:
     source = OWN.get(kind) or PERSONAS[persona[0]][persona[1]][grade_id]
     cells = [Cell("cell 7", (ATTACK if attack else "") + source)]
     job = job_for(keys, cells, course_root=ROOT, timeout_s=240,
-                  checks={k: checks for k in keys}, screen=False)
-    job["budget_s"] = 8.0
-    return judge.grade(job)["results"][keys[0]]
+                  checks={k: checks for k in keys}, screen=False, budget_s=8.0)
+    return judge.grade(job).to_dict()["results"][keys[0]]
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -201,7 +201,7 @@ def test_what_a_forged_compile_count_can_still_reach(judge):
         cells = [Cell("cell 7", (FORGE_COUNT if attack else "") + counter)]
         job = job_for(["ps5.q1"], cells, course_root=ROOT, timeout_s=240,
                       checks={"ps5.q1": ["correctness", "recompiles"]}, screen=False)
-        result = judge.grade(job)["results"]["ps5.q1"]
+        result = judge.grade(job).to_dict()["results"]["ps5.q1"]
         assert result["checks"]["recompiles"]["ok"] is expected, result["checks"]["recompiles"]
 
 
@@ -212,7 +212,7 @@ def test_a_graph_right_only_where_it_is_checked_earns_nothing(judge):
     job = job_for(["ps1.q1"], [Cell("cell 7", ONE_SIDED_GRAPH)], course_root=ROOT,
                   timeout_s=240, checks={"ps1.q1": ["correctness", "fullgraph", "breaks"]},
                   screen=False)
-    result = judge.grade(job)["results"]["ps1.q1"]
+    result = judge.grade(job).to_dict()["results"]["ps1.q1"]
     checks = result["checks"]
     assert checks["correctness"]["ok"], checks["correctness"]["message"]
     for name in ("fullgraph", "breaks"):

@@ -16,6 +16,7 @@ import pytest
 
 from grader.cohort.export import IDENTITY_COLUMNS, canvas_name_slug, read_roster, write_canvas_csv
 from grader.cohort.grade import Run, export_canvas, find_submissions
+from grader.cohort.settings import GradeSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSIGNMENT = "ps2"
@@ -262,7 +263,7 @@ def test_an_assignment_without_a_roster_column_is_named_and_can_be_mapped(tmp_pa
     with open(os.path.join(folder, "canvas-assignments.csv"), "w") as fh:
         fh.write("nbgrader,canvas\nps2,PS 2\n")
     run = Run(course=folder, assignments=[ASSIGNMENT], report_dir=os.path.join(folder, "reports"),
-              roster=roster)
+              settings=GradeSettings(roster=roster))
     export_canvas(run)
     assignments, points, students = canvas_import(run.canvas_path)
     assert assignments == ["PS 2 (987)"] and points == {"PS 2 (987)": 10.0}

@@ -4,6 +4,7 @@ learner's process does (crash, hang, leave processes, tamper) changes nothing th
 Uses the small problem in tests/fixture_problems.py ("fx.q1": remove an `.item()` break; speed
 timed with the `eager` backend so that these tests stay quick).
 """
+import dataclasses
 import os
 import signal
 import subprocess
@@ -11,7 +12,8 @@ import textwrap
 
 import pytest
 
-from grader.isolation.check import CheckFailed, evaluate, job_for
+from grader.isolation.check import CheckFailed, evaluate
+from grader.isolation.jobs import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell
 
@@ -40,7 +42,7 @@ def judge(source: str, checks=("correctness",), timeout_s: float = 120, screen: 
     job = job_for(["fx.q1"], [Cell("cell 5", textwrap.dedent(source))],
                   problem_module="fixture_problems", course_root=course_root, sandbox=sandbox,
                   timeout_s=timeout_s, checks={"fx.q1": list(checks)}, screen=screen)
-    return Judge().grade(job)["results"]["fx.q1"]
+    return Judge().grade(job).to_dict()["results"]["fx.q1"]
 
 
 def test_honest_solution_passes_every_check():
@@ -300,14 +302,14 @@ def _judged(key: str, source: str, checks: tuple) -> dict:
     job = job_for([key], [Cell("cell 5", textwrap.dedent(source))],
                   problem_module="fixture_problems", course_root=TESTS_DIR, timeout_s=120,
                   checks={key: list(checks)}, screen=False)
-    return Judge().grade(job)["results"][key]
+    return Judge().grade(job).to_dict()["results"][key]
 
 
 def test_a_grader_failure_is_the_graders_and_a_learner_crash_is_the_learners():
     """Told apart by where it happened: an exception raised in the grader's own code in the
     subject (no learner cell on its way) is a grader error, flagged for a person with its
     traceback, never "your code crashed"; the learner's own exception stays the learner's."""
-    from grader.isolation.check import Evaluation, score_cell
+    from grader.isolation.cell_scores import Evaluation, score_cell
     from grader.problems import TestCell, get_problem
 
     broken = _judged("fx.grader_bug", GOOD, ("correctness", "fullgraph"))
@@ -337,7 +339,7 @@ def _graph_job() -> dict:
 
 def _still_serves(the_judge: Judge) -> None:
     """The judge process that met a bad graph grades the next submission as before."""
-    after = the_judge.grade(_graph_job())["results"]["fx.q1"]
+    after = the_judge.grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert after["checks"]["correctness"]["ok"] and after["checks"]["fullgraph"]["ok"], after
     assert after["graph_child"]["ended"] == "done"
 
@@ -350,7 +352,7 @@ def test_the_judges_own_work_on_a_graph_has_a_time_limit(monkeypatch):
 
     monkeypatch.setattr(judge_module, "_work_limit_s", lambda problem, side: 0.05)
     the_judge = Judge()
-    result = the_judge.grade(_graph_job())["results"]["fx.q1"]
+    result = the_judge.grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert result["checks"]["correctness"]["ok"]
     for name in ("fullgraph", "speed"):
         assert not result["checks"][name]["ok"]
@@ -376,9 +378,8 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
 
     monkeypatch.setattr(judge_module, "_child_memory_bytes", lambda side: 64 * 1024 ** 2)
     the_judge = Judge()
-    job = _graph_job()
-    job["learner_cells"] = [Cell("cell 5", HEAVY).to_dict()]
-    result = the_judge.grade(job)["results"]["fx.q1"]
+    job = dataclasses.replace(_graph_job(), learner_cells=(Cell("cell 5", HEAVY),))
+    result = the_judge.grade(job).to_dict()["results"]["fx.q1"]
     assert result["status"] == "ok" and result["checks"]["correctness"]["ok"], result
     assert result["graph_child"]["ended"] in ("memory", "done"), result["graph_child"]
     said = result["checks"]["fullgraph"]["message"]
@@ -395,7 +396,7 @@ def test_the_judges_child_dying_otherwise_is_the_graders_failure(monkeypatch):
 
     monkeypatch.setattr(judge_module.Judge, "_decide",
                         lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
-    result = Judge().grade(_graph_job())["results"]["fx.q1"]
+    result = Judge().grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert result["status"] == "grader_error", result
     assert "not a verdict on your code" in result["message"]
     assert "SIGKILL" in result["message"] and result["graph_child"]["ended"] == "failed"
@@ -405,21 +406,19 @@ def test_make_grades_memory_setting_is_the_subjects_own_limit():
     """MEMORY_GB (--memory-gb) reaches the process that runs learner code: the subject reads its
     own address-space limit, as the run's settings hand it down (make grade -> attempt -> job;
     8 GiB, not the judge's default of 6 GiB)."""
-    import dataclasses
-
     from grader.cohort.attempt import AttemptSettings
-    from grader.cohort.grade import Run
-    from grader.cohort.settings import GradeSettings
+    from grader.cohort.settings import GradeSettings, add_arguments, from_arguments
+    import argparse
 
-    options = GradeSettings(memory_gb=8).run_options()
-    run_ = Run(course=".", assignments=["ps1"], **{k: v for k, v in options.items()
-                                                    if k in {f.name for f in dataclasses.fields(Run)}})
-    assert run_.memory_bytes == 8 * 2 ** 30
-    assert AttemptSettings(sandbox="off", memory_bytes=run_.memory_bytes).memory_bytes == 8 * 2 ** 30
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    settings = from_arguments(parser.parse_args(["--memory-gb", "8"]))
+    attempt = AttemptSettings(settings.probed("off"))   # what run_attempt hands grade_notebook
+    assert attempt.grade.memory_bytes == 8 * 2 ** 30
     job = job_for(["fx.q1"], [Cell("cell 5", "import resource\n"
                                              "raise ValueError(f'limit={resource.getrlimit("
                                              "resource.RLIMIT_AS)[0]}')\n")],
                   problem_module="fixture_problems", course_root=TESTS_DIR, timeout_s=120,
-                  checks={"fx.q1": ["correctness"]}, screen=False, memory_bytes=run_.memory_bytes)
-    result = Judge().grade(job)["results"]["fx.q1"]
+                  checks={"fx.q1": ["correctness"]}, screen=False, memory_bytes=attempt.grade.memory_bytes)
+    result = Judge().grade(job).to_dict()["results"]["fx.q1"]
     assert f"limit={8 * 2 ** 30}" in result["message"], result

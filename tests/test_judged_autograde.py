@@ -1,6 +1,6 @@
 """nbgrader's autograde of a judged submission (grader.cohort.judged_autograde), which runs
 nothing of the notebook, and the subject's deadline that follows the references
-(grader.cohort.scoring, grader.isolation.check.subject_deadline_s).
+(grader.cohort.scoring, grader.isolation.jobs.subject_deadline_s).
 
 The nbgrader step is tested on ps2's course with judged scores written here (what the judge's
 scoring saves, grader.cohort.scoring.JudgedScores), so every kind of test cell is covered in
@@ -21,7 +21,9 @@ from grader.cohort.collect import Submission
 from grader.cohort.judged_autograde import SAVED_OUTPUT_NOTE, WHILE_GRADING, autograde
 from grader.cohort.merge import merge
 from grader.cohort.scoring import BuiltReferences, grade_notebook, subject_deadlines
-from grader.isolation import check
+from grader.isolation import jobs
+from grader.isolation.judge_job import BUILD_REFERENCES, JudgeReply
+from grader.checks.results import ProblemResult
 from grader.problems import get_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,11 +164,11 @@ def test_the_courses_own_autograde_steps_cannot_score_the_saved_outputs(course, 
 def test_the_deadline_is_a_few_times_the_references_build_with_a_floor_and_the_old_ceiling():
     problems = [get_problem("ps2.q1")]
     unmeasured = max(300.0, 4 * max(p.budget_s for p in problems))
-    assert check.subject_deadline_s(problems) == unmeasured            # self-check: as before
-    assert check.subject_deadline_s(problems, 40.0) == check.SUBJECT_DEADLINE_FACTOR * 40.0
-    assert check.subject_deadline_s(problems, 1.0) == check.SUBJECT_DEADLINE_FLOOR_S
-    assert check.subject_deadline_s(problems, 1e4) == unmeasured
-    assert subject_deadlines(PS, 40.0) == {"ps2-q1-solution": check.SUBJECT_DEADLINE_FACTOR * 40.0}
+    assert jobs.subject_deadline_s(problems) == unmeasured            # self-check: as before
+    assert jobs.subject_deadline_s(problems, 40.0) == jobs.SUBJECT_DEADLINE_FACTOR * 40.0
+    assert jobs.subject_deadline_s(problems, 1.0) == jobs.SUBJECT_DEADLINE_FLOOR_S
+    assert jobs.subject_deadline_s(problems, 1e4) == unmeasured
+    assert subject_deadlines(PS, 40.0) == {"ps2-q1-solution": jobs.SUBJECT_DEADLINE_FACTOR * 40.0}
 
 
 def test_the_references_measure_is_the_slowest_build_and_a_plans_slowest_first_call():
@@ -187,11 +189,11 @@ class _Judge:
 
     def grade(self, job, timeout_s):
         self.jobs.append(job)
-        if job.get("op") == "build references":
-            return {"built": {k: self.build_s for k in job["problems"]}, "measured_jobs": {}}
-        return {"results": {k: {"status": "timeout", "problem": k,
-                                "message": "your code did not finish in time; it was stopped"}
-                            for k in job["problems"]}}
+        if job.op == BUILD_REFERENCES:
+            return JudgeReply(built={k: self.build_s for k in job.problems})
+        return JudgeReply(results={k: ProblemResult(
+            "timeout", k, "your code did not finish in time; it was stopped")
+            for k in job.problems})
 
 
 def test_a_submission_is_judged_with_the_measured_deadline_and_the_cell_says_why_it_stopped(course):
@@ -199,14 +201,45 @@ def test_a_submission_is_judged_with_the_measured_deadline_and_the_cell_says_why
     problems = [get_problem("ps2.q1")]
     given = _Judge(build_s=0.0)        # make grade: the run's first judge measured 25 s
     judged = grade_notebook(notebook, PS, course, judge=given, reference_s=25.0)
-    deadline = check.subject_deadline_s(problems, 25.0)
-    assert [j["timeout_s"] for j in given.jobs] == [deadline]
+    deadline = jobs.subject_deadline_s(problems, 25.0)
+    assert [j.timeout_s for j in given.jobs] == [deadline]
     assert judged.solutions["ps2-q1-solution"] == {
         "problems": ["ps2.q1"], "deadline_s": deadline,
         "note": f"ps2.q1: your code did not finish in time; it was stopped after "
                 f"{deadline:.0f} s"}
     own = _Judge(build_s=40.0)         # Gradescope: the references are built, and measured, first
     judged = grade_notebook(notebook, PS, course, judge=own)
-    deadline = check.subject_deadline_s(problems, 40.0)
-    assert own.jobs[0]["op"] == "build references" and own.jobs[1]["timeout_s"] == deadline
+    deadline = jobs.subject_deadline_s(problems, 40.0)
+    assert own.jobs[0].op == BUILD_REFERENCES and own.jobs[1].timeout_s == deadline
     assert judged.solutions["ps2-q1-solution"]["deadline_s"] == deadline
+
+
+def test_the_judged_scores_file_has_one_reader():
+    """Every function of the grader that names the judged-scores file reads it through
+    JudgedScores.load (grader.cohort.scoring), never with a json.load of its own: one reader
+    means one place that knows the file's form."""
+    import ast
+
+    import grader
+
+    names = {"JUDGED_SCORES_FILE", "RESULTS_FILE", "judged_scores_file"}
+    package = os.path.dirname(grader.__file__)
+    offenders = []
+    for folder, _, found in os.walk(package):
+        for name in found:
+            path = os.path.join(folder, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("cohort", "scoring.py")):
+                continue
+            for node in ast.walk(ast.parse(open(path).read())):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                inside = list(ast.walk(node))
+                named = any(isinstance(n, (ast.Name, ast.Attribute)) and
+                            (getattr(n, "id", None) in names or getattr(n, "attr", None) in names)
+                            for n in inside)
+                parses = any(isinstance(n, ast.Attribute) and n.attr in ("load", "loads")
+                             and isinstance(n.value, ast.Name) and n.value.id == "json"
+                             for n in inside)
+                if named and parses:
+                    offenders.append(f"{os.path.relpath(path, package)}: {node.name}")
+    assert not offenders, offenders

@@ -24,6 +24,7 @@ and its subject (the timed checks left out where the verdict does not depend on 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import runpy
 
@@ -31,7 +32,8 @@ import pytest
 
 from grader.checks.jobs import JobFigures
 from grader.isolation import reference_side
-from grader.isolation.check import Evaluation, job_for, score_cell
+from grader.isolation.cell_scores import Evaluation, score_cell
+from grader.isolation.jobs import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem
@@ -49,9 +51,8 @@ def judge():
 def grade(judge, keys: list[str], source: str, checks: list[str] | None = None) -> dict:
     job = job_for(keys, [Cell("cell 7", source)], course_root=ROOT,
                   checks={k: [c for c in get_problem(k).checks if checks is None or c in checks]
-                          for k in keys})
-    job["budget_s"] = 8.0
-    return judge.grade(job)["results"]
+                          for k in keys}, budget_s=8.0)
+    return judge.grade(job).to_dict()["results"]
 
 
 def points(assignment: str, results: dict) -> float:
@@ -395,14 +396,15 @@ def test_ps3_figures_are_measured_once_per_run_and_handed_to_every_other_judge(m
 
     monkeypatch.setattr(reference_side, "measure_jobs", measure)
     job = job_for(["ps3.q1"], [], course_root=ROOT)
-    first = Judge().build_references(job)
+    first = Judge().build_references(job).to_dict()
     assert measured == ["ps3.q1"]
     figures = first["measured_jobs"]["ps3.q1"]
     assert figures["break_even"] == pytest.approx(B)
     assert figures["spread"][0] <= B < figures["spread"][1]
 
     other = Judge()
-    again = other.build_references(dict(job, measured_jobs=first["measured_jobs"]))
+    again = other.build_references(dataclasses.replace(
+        job, measured_jobs=first["measured_jobs"])).to_dict()
     assert measured == ["ps3.q1"], "the second judge measured again"
     assert again["measured_jobs"] == first["measured_jobs"]
     result = grade(other, ["ps3.q1"], _threshold(B))["ps3.q1"]
@@ -412,10 +414,10 @@ def test_ps3_figures_are_measured_once_per_run_and_handed_to_every_other_judge(m
 
     wrong = {"ps3.q1": dict(figures, modes=["none", "default"])}
     with pytest.raises(ValueError, match="job figures"):
-        Judge().build_references(dict(job, measured_jobs=wrong))
+        Judge().build_references(dataclasses.replace(job, measured_jobs=wrong))
     broken = {"ps3.q1": dict(figures, rounds=[{"first_call_s": {}, "samples": {}}])}
     with pytest.raises(ValueError, match="job figures"):
-        Judge().build_references(dict(job, measured_jobs=broken))
+        Judge().build_references(dataclasses.replace(job, measured_jobs=broken))
 
 
 class _InProcessJudge:

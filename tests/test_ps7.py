@@ -26,7 +26,8 @@ import notebook_solutions as sol
 from grader.course import chapters as ch
 from grader.checks import _torch_internals as ti
 from grader.cohort.demo import expected_scores
-from grader.isolation.check import Evaluation, job_for, score_cell
+from grader.isolation.cell_scores import Evaluation, score_cell
+from grader.isolation.jobs import job_for
 from grader.isolation.judge import CHECKS_NEEDING_A_GRAPH, Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import GRAPH_CHECKS, get_problem, ps7
@@ -56,9 +57,9 @@ def judge():
 def grade(judge, source: str, checks: list[str] | None = None, reference: str = "off") -> dict:
     problem = get_problem("ps7.q1")
     job = job_for(["ps7.q1"], [Cell("cell 7", source)], course_root=ROOT, reference=reference,
-                  checks={"ps7.q1": [c for c in problem.checks if checks is None or c in checks]})
-    job["budget_s"] = 8.0
-    return judge.grade(job)["results"]
+                  checks={"ps7.q1": [c for c in problem.checks if checks is None or c in checks]},
+                  budget_s=8.0)
+    return judge.grade(job).to_dict()["results"]
 
 
 def points(results: dict) -> float:

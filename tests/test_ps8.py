@@ -27,7 +27,8 @@ import torch
 from grader.checks import custom_ops, graph_artifact
 from grader.common.wire import Packer
 from grader.cohort.demo import expected_scores
-from grader.isolation.check import Evaluation, job_for, score_cell
+from grader.isolation.cell_scores import Evaluation, score_cell
+from grader.isolation.jobs import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem, ps8
@@ -51,7 +52,7 @@ def judge():
 def grade(judge, source: str, checks: list[str] = NO_SPEED) -> dict:
     job = job_for(["ps8.q1"], [Cell("cell 7", source)], course_root=ROOT, reference="off",
                   checks={"ps8.q1": checks})
-    return judge.grade(job)["results"]
+    return judge.grade(job).to_dict()["results"]
 
 
 def points(results: dict) -> float:

@@ -74,7 +74,7 @@ def test_feedback_lines_wrap(tmp_path):
 
 
 def test_an_inconclusive_verdict_is_flagged_for_review_not_paid(tmp_path):
-    from grader.isolation.check import Evaluation, score_cell
+    from grader.isolation.cell_scores import Evaluation, score_cell
     from grader.problems import TestCell, get_problem
 
     problem = get_problem("ps2.q1")

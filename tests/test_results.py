@@ -20,10 +20,10 @@ def test_a_status_travels_in_json_as_its_value_and_compares_with_what_comes_back
 
 def test_one_registry_gives_the_checks_their_order_and_titles_everywhere():
     from grader import problems
-    from grader.isolation import check
+    from grader.isolation import cell_scores
 
     assert CHECKS == tuple(c.name for c in results.REGISTRY)
-    assert problems.CHECKS is CHECKS and check.CHECK_TITLES is CHECK_TITLES
+    assert problems.CHECKS is CHECKS and cell_scores.CHECK_TITLES is CHECK_TITLES
     assert set(CHECK_TITLES) == set(CHECKS) and all(CHECK_TITLES.values())
 
 

@@ -137,6 +137,7 @@ def test_a_timeout_kills_the_whole_sandbox():
 def test_when_nothing_can_confine_learner_code_real_submissions_are_not_graded(tmp_path,
                                                                                monkeypatch):
     from grader.cohort.grade import Run, choose_isolation
+    from grader.cohort.settings import GradeSettings
 
     monkeypatch.setattr(sandbox.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else "/usr/bin/" + name)
@@ -155,7 +156,8 @@ def test_when_nothing_can_confine_learner_code_real_submissions_are_not_graded(t
         demo_run = Run(course=str(tmp_path), assignments=["ps2"], demo=True)
         choose_isolation(demo_run)
         assert demo_run.isolation.mode == "none"
-        off = Run(course=str(tmp_path), assignments=["ps2"], sandbox="off")
+        off = Run(course=str(tmp_path), assignments=["ps2"],
+                  settings=GradeSettings(sandbox="off"))
         choose_isolation(off)
         assert off.isolation.mode == "none" and "turned off" in off.isolation.describe()
         assert "it can read" in off.isolation.warning()

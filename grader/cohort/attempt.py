@@ -17,6 +17,7 @@ from typing import Iterator
 
 from grader import _files as files
 from grader.cohort.collect import Submission
+from grader.cohort.settings import GradeSettings
 from grader.common.phases import Phases
 from grader.isolation import sandbox
 from grader import _environment as environment
@@ -26,14 +27,20 @@ UNSCREENED_FOR_TESTS_ENV = environment.UNSCREENED_FOR_TESTS  # tests only: stude
 
 @dataclasses.dataclass(frozen=True)
 class AttemptSettings:
-    """How a run grades each submission (plain data: a Ray task receives it)."""
+    """How a run grades each submission (plain data: a Ray task receives it): the run's
+    settings, their sandbox the one the run probed (:meth:`GradeSettings.probed`), and what the
+    run measured before the first submission."""
 
-    sandbox: str            # the isolation mode ('bwrap', 'kernel', 'off'), probed again on a Ray node
-    memory_bytes: int | None = None  # address-space limit of the subject on CPU (--memory-gb)
+    grade: GradeSettings
     subject_timeout_s: float | None = None  # per judge job (default: from reference_s)
     # assignment -> what building its references took the run's first judge (seconds), from which
     # the subjects' deadlines follow (grader.cohort.scoring.BuiltReferences.reference_s)
     reference_s: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def sandbox(self) -> str:
+        """The isolation mode ('bwrap', 'kernel', 'off'), probed again on a Ray node."""
+        return self.grade.sandbox
 
 
 @dataclasses.dataclass
@@ -90,7 +97,7 @@ def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
         result = grade_notebook(notebook, sub.assignment, course, sandbox=settings.sandbox,
                                 device=device, judge=judge, isolation=isolation, screen=screen,
                                 timeout_s=settings.subject_timeout_s,
-                                memory_bytes=settings.memory_bytes,
+                                memory_bytes=settings.grade.memory_bytes,
                                 reference_s=settings.reference_s.get(sub.assignment))
         result.save(os.path.join(tmp, files.JUDGED_SCORES_FILE))
         for name, seconds in result.phases().items():

@@ -52,7 +52,8 @@ from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds
                                    scan, zip_collect)
 from grader.cohort.judged_autograde import autograde_attempt
 from grader.cohort.merge import Graded, Outcome, already_graded, merge, merge_attempt, unreadable_reason
-from grader.cohort.settings import DEFAULTS, add_arguments, from_arguments, problems
+from grader.cohort.settings import (DEFAULTS, GradeSettings, add_arguments, from_arguments,
+                                    problems)
 from grader.isolation import sandbox
 
 
@@ -60,15 +61,11 @@ from grader.isolation import sandbox
 class Run:
     """Everything one grading run knows; each step reads and adds to it."""
 
-    course: str
-    assignments: list[str]
-    # The options of grader.cohort.settings.GradeSettings (defaults and help declared there).
-    workers: int = DEFAULTS.workers
-    sandbox: str = DEFAULTS.sandbox
-    memory_bytes: int = DEFAULTS.memory_bytes
-    regrade: bool = DEFAULTS.regrade
+    course: str               # the folder graded (the demo's own, once find_submissions chose it)
+    assignments: list[str]    # what is graded (default: every folder of source/)
+    # The run's options, declared once with their defaults and help (every step reads them here).
+    settings: GradeSettings = DEFAULTS
     demo: bool = False
-    demo_students: list[str] | None = None  # the demo personas to grade (default: the first run's)
     subject_timeout_s: float | None = None  # per judge job (default: measured, reference_s)
     isolation: sandbox.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
@@ -78,17 +75,11 @@ class Run:
     judge_dir: str = ""                                        # their logs and compiler cache
     references_seconds: float = 0.0   # building the references, once per run
     reference_s: dict = dataclasses.field(default_factory=dict)  # assignment -> BuiltReferences.reference_s
-    executor: str = DEFAULTS.executor  # 'local' (worker threads) or 'ray' (cohort.distributed)
-    ray_address: str = DEFAULTS.ray_address  # empty: RAY_ADDRESS, else a local instance
     ray: object = None       # the RayExecutor, once started
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
     report_path: str = ""
     csv_path: str = ""
-    roster: str = ""         # Canvas's gradebook export: names, sections, assignment ids
-    canvas_assignments: str = ""   # nbgrader -> Canvas assignment names (default: the course's
-                                   # canvas-assignments.csv, when there is one)
-    canvas_per_question: bool = DEFAULTS.canvas_per_question  # per-question columns
     canvas_path: str = ""
     started: float = dataclasses.field(default_factory=time.monotonic)
 
@@ -117,7 +108,7 @@ def find_submissions(run: Run) -> None:
         from grader.cohort.demo import build_demo_course, choose_demo_cohort
 
         run.demo = True
-        cohort, first_run, message = choose_demo_cohort(run.demo_students or [])
+        cohort, first_run, message = choose_demo_cohort(run.settings.demo_student_names)
         run.log(message)
         run.course = build_demo_course(run.course, run.assignments, cohort=cohort,
                                        first_run=first_run)
@@ -151,19 +142,19 @@ def choose_isolation(run: Run) -> None:
     submissions only where learner code is confined (it runs only in the judge's subject), unless
     ``--sandbox off``; the log says what it can do then. The demo runs anyway."""
     try:
-        run.isolation = sandbox.probe(run.sandbox)
+        run.isolation = sandbox.probe(run.settings.sandbox)
     except sandbox.SandboxUnavailable as exc:
         if not run.demo:
             raise SystemExit(_refusal(str(exc)))
         run.isolation = sandbox.Isolation("none", str(exc))
-    if run.sandbox == "auto" and not run.demo and run.isolation.mode == "none":
+    if run.settings.sandbox == "auto" and not run.demo and run.isolation.mode == "none":
         raise SystemExit(_refusal(run.isolation.reason))
     run.log(f"isolation of learner code: {run.isolation.describe()}")
     if not run.isolation.sandboxed:
         run.log(run.isolation.warning())
-        if shutil.which("bwrap") is None and run.sandbox != "off":
+        if shutil.which("bwrap") is None and run.settings.sandbox != "off":
             run.log(SANDBOX_SETUP_HINT)
-    for note in sandbox.limit_notes(sandbox.Limits(memory_bytes=run.memory_bytes)):
+    for note in sandbox.limit_notes(sandbox.Limits(memory_bytes=run.settings.memory_bytes)):
         run.log(f"limit for learner code lowered to this shell's: {note}")
 
 
@@ -213,8 +204,8 @@ def start_judges(run: Run) -> None:
     from grader.isolation.judge_process import JudgeProcess
 
     todo = sorted({s.assignment for s in run.submissions
-                   if run.regrade or not already_graded(run.course, s)})
-    if run.executor == "ray":
+                   if run.settings.regrade or not already_graded(run.course, s)})
+    if run.settings.executor == "ray":
         for assignment in todo:  # built on a grading node: the cache suits its machine type
             started = time.monotonic()
             built = _ray(run).build_references(run.course, assignment)
@@ -232,7 +223,7 @@ def start_judges(run: Run) -> None:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(run.judge_dir, "inductor"),
                TRITON_CACHE_DIR=os.path.join(run.judge_dir, "triton"))
     gpus = gpu_count()
-    for slot in range(max(1, run.workers)):
+    for slot in range(max(1, run.settings.workers)):
         run.judges.append(JudgeProcess(env=env, log_path=os.path.join(run.judge_dir,
                                                                        f"judge-{slot}.log")))
     for assignment in todo:
@@ -253,7 +244,7 @@ def start_judges(run: Run) -> None:
 def connect_ray(run: Run) -> None:
     """``--executor ray``: join the cluster (or start a local Ray instance) and check every node
     first, so that a wrong ``RAY_ADDRESS`` or a node that differs stops the run at once."""
-    if run.executor == "ray":
+    if run.settings.executor == "ray":
         _ray(run)
 
 
@@ -277,7 +268,7 @@ def _ray(run: Run):
         from grader.cohort.distributed import RayExecutor
 
         try:
-            run.ray = RayExecutor(run.ray_address or None)
+            run.ray = RayExecutor(run.settings.ray_address or None)
         except RuntimeError as exc:   # the address, or the nodes: said in the message
             raise SystemExit(f"make grade: stopped before grading: {exc}") from None
         run.log(run.ray.describe())
@@ -285,14 +276,14 @@ def _ray(run: Run):
 
 
 def autograde_all(run: Run) -> None:
-    """Judge each submission (:mod:`grader.cohort.attempt`, ``run.workers`` at once, or on Ray);
+    """Judge each submission (:mod:`grader.cohort.attempt`, ``run.settings.workers`` at once, or on Ray);
     then, in this process, one at a time as they finish: nbgrader's autograde of it
     (:mod:`grader.cohort.judged_autograde`) and its merge into the gradebook, marked done
     (:mod:`grader.cohort.merge`)."""
     todo, done = [], []
     for sub in run.submissions:
         digest = sub.digest()
-        prev = None if run.regrade else already_graded(run.course, sub, digest)
+        prev = None if run.settings.regrade else already_graded(run.course, sub, digest)
         if prev is not None:
             done.append(Outcome(sub, Graded.SKIPPED, prev.get("reason", ""), prev.get("score", 0.0),
                                 prev.get("max_score", 0.0), prev.get("seconds", 0.0)))
@@ -307,16 +298,16 @@ def autograde_all(run: Run) -> None:
     if not todo:
         return
     progress = _Progress(len(todo))
-    settings = AttemptSettings(sandbox=run.isolation.setting(), memory_bytes=run.memory_bytes,
+    settings = AttemptSettings(run.settings.probed(run.isolation.setting()),
                                subject_timeout_s=run.subject_timeout_s,
                                reference_s=dict(run.reference_s))
-    if run.executor == "ray":
+    if run.settings.executor == "ray":
         from grader.cohort.distributed import ray_attempts
 
         attempts = ray_attempts(_ray(run), run.course, todo, settings, run.built_references)
     else:
         attempts = local_attempts(todo, run.course, settings, isolation=run.isolation,
-                                  judges=run.judges, workers=run.workers)
+                                  judges=run.judges, workers=run.settings.workers)
     try:
         for sub, digest, attempt in attempts:
             attempt = autograde_attempt(run.course, sub, attempt)
@@ -365,16 +356,17 @@ def export_grades(run: Run) -> None:
 def export_canvas(run: Run) -> None:
     """The gradebook as Canvas imports it (``reports/canvas.csv``, :mod:`grader.cohort.export`):
     students by Canvas user id, one column per assignment, with a Points Possible row. The
-    roster is ``run.roster``, else ``canvas-roster.csv`` in the course folder when there is one
-    (the demo cohort has one); assignment names are mapped by ``run.canvas_assignments``, else
+    roster is ``run.settings.roster``, else ``canvas-roster.csv`` in the course folder when there
+    is one (the demo cohort has one); assignment names are mapped by
+    ``run.settings.canvas_assignments``, else
     ``canvas-assignments.csv`` in the course folder when there is one."""
     from grader.cohort.export import write_canvas_csv
 
-    roster = run.roster or os.path.join(run.course, files.ROSTER)
+    roster = run.settings.roster or os.path.join(run.course, files.ROSTER)
     export = write_canvas_csv(run.course, os.path.join(run.report_dir, files.CANVAS_CSV),
                               roster=roster if os.path.exists(roster) else None,
-                              assignment_map=run.canvas_assignments or None,
-                              per_question=run.canvas_per_question)
+                              assignment_map=run.settings.canvas_assignments or None,
+                              per_question=run.settings.canvas_per_question)
     run.canvas_path = export.path
     for warning in export.warnings:
         run.log(f"canvas.csv: {warning}")
@@ -392,7 +384,7 @@ def summarize(run: Run) -> None:
     run.log("")
     run.log(f"graded {len(graded)} of {len(run.outcomes)} submissions in "
             f"{time.monotonic() - run.started:.0f} s" + (" (demo cohort)" if run.demo else ""))
-    if run.executor == "ray":
+    if run.settings.executor == "ray":
         nodes: dict[str, int] = {}
         for o in run.outcomes:
             if o.node:
@@ -424,17 +416,27 @@ STEPS = [
 ]
 
 
-def grade(course: str = ".", assignments: list[str] | None = None, **options) -> Run:
-    """Run :data:`STEPS` on a course folder and return the run (outcomes, paths). Stops
-    (``SystemExit``) before anything runs when an assignment asked for is not in ``source/``."""
+def grade(course: str = ".", assignments: list[str] | None = None,
+          settings: GradeSettings | None = None, **options) -> Run:
+    """Run :data:`STEPS` on a course folder and return the run (outcomes, paths). ``settings``
+    (default: :data:`DEFAULTS`) with ``options`` replacing some of its fields
+    (``grade(course, ["ps2"], workers=2)``); an option that is no setting is the run's own
+    (``subject_timeout_s``). Stops (``SystemExit``) before anything runs when an assignment
+    asked for is not in ``source/``."""
     course = os.path.abspath(course)
+    names = {f.name for f in dataclasses.fields(GradeSettings)}
+    settings = dataclasses.replace(settings or DEFAULTS,
+                                   **{k: v for k, v in options.items() if k in names})
+    settings = dataclasses.replace(settings, course=course,
+                                   assignments=tuple(assignments or ())).resolved()
+    options = {k: v for k, v in options.items() if k not in names}
     known = course_assignments(course)
     unknown = [a for a in assignments or [] if a not in known]
     if unknown:
         raise SystemExit(f"make grade: no problem set {', '.join(unknown)} in this course: "
                          f"ASSIGNMENT takes one of {', '.join(known)} (the folders of "
                          f"{files.SOURCE}/), or nothing to grade them all")
-    run = Run(course=course, assignments=list(assignments or known), **options)
+    run = Run(course=course, assignments=list(assignments or known), settings=settings, **options)
     # nbgrader's gradebook adds each submission through SQLAlchemy's autoflush, which warns
     # ("Object of type <SubmittedNotebook> not in session", three times per submission;
     # nbgrader's own autograde prints the same): it buried the run's progress lines.
@@ -483,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print("\n".join(f"make grade: {line}" for line in wrong), file=sys.stderr)
         return 2
-    run = grade(settings.course, list(settings.assignments), **settings.run_options())
+    run = grade(settings.course, list(settings.assignments), settings=settings)
     return exit_status(run)
 
 

@@ -33,7 +33,6 @@ it works (every path of the grader is absolute).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -46,6 +45,7 @@ from traitlets import Unicode
 from grader import _files as files
 from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
+from grader.cohort.scoring import JudgedScores
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
 
 # What marks the learner's own outputs in the graded notebook: they come from the learner's run
@@ -91,10 +91,14 @@ class JudgedStep(NbGraderPreprocessor):
     judged_scores_file = Unicode(help="the judged scores (grader.cohort.scoring.JudgedScores."
                                       "save)").tag(config=True)
 
-    def judged(self) -> dict:
-        # As plain JSON: JudgedScores.load's typed view is not needed for the text and points.
-        with open(self.judged_scores_file) as fh:
-            return json.load(fh)
+    def judged(self) -> JudgedScores:
+        # Through the file's one reader; a file it cannot read stops the autograde (the
+        # grader's failure, never a zero for the learner).
+        judged = JudgedScores.load(self.judged_scores_file)
+        if judged is None:
+            raise ValueError(f"the grader's bug: no judged scores could be read from "
+                             f"{self.judged_scores_file}")
+        return judged
 
 
 class ShowJudgedVerdicts(JudgedStep):
@@ -103,9 +107,9 @@ class ShowJudgedVerdicts(JudgedStep):
 
     def preprocess(self, nb, resources):
         judged = self.judged()
-        cells = judged.get("cells") or {}
+        cells = judged.cells
         notes = {grade_id: solution.get("note") for grade_id, solution in
-                 (judged.get("solutions") or {}).items() if solution.get("note")}
+                 judged.solutions.items() if solution.get("note")}
         for cell in nb.cells:
             if cell.get("cell_type") != "code":
                 continue
@@ -130,7 +134,7 @@ class FlagJudgedReviews(JudgedStep):
     is not the judge's stops the autograde (:func:`autograde` reports it as the grader's bug)."""
 
     def preprocess(self, nb, resources):
-        cells = self.judged().get("cells") or {}
+        cells = self.judged().cells
         db = resources["nbgrader"]
         from nbgrader.api import Gradebook
 

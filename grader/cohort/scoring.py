@@ -8,7 +8,7 @@ For a submitted notebook this process (the trusted parent)
    code runs in a sandboxed subject that answers its requests), against the reference solution
    from the instructor's ``source/``;
 3. scores every autograded test cell from the problem set's ``TEST_CELLS``
-   (:func:`grader.isolation.check.score_cell`) from the judge's verdicts;
+   (:func:`grader.isolation.cell_scores.score_cell`) from the judge's verdicts;
 4. writes it all to one JSON file: the points and text of each test cell, each problem's result,
    and for each solution cell the subject's deadline and what stopped its code, if anything
    (what the graded notebook shows, and the cohort report reads).
@@ -25,7 +25,7 @@ from typing import Callable
 
 from grader.checks.jobs import JobFigures
 from grader.checks.results import ProblemResult, Status
-from grader.isolation.check import CellScore, score_cell
+from grader.isolation.cell_scores import CellScore, Evaluation, score_cell
 from grader.problems import GRAPH_CHECKS, get_problem, public_names, test_cells
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solution_cells
 
@@ -68,7 +68,8 @@ class JudgedScores:
     @classmethod
     def load(cls, path: str) -> "JudgedScores | None":
         """What :meth:`save` wrote (``None`` when the file is missing or not this format): the
-        one reader of a submission's judged scores, for the report and anything after it."""
+        one reader of a submission's judged scores (nbgrader's judged autograde, the report, the
+        demo's check of its expected scores)."""
         try:
             with open(path) as fh:
                 data = json.load(fh)
@@ -118,7 +119,7 @@ class BuiltReferences:
     @property
     def reference_s(self) -> float | None:
         """What loading and compiling the set's reference took the judge on this machine, from
-        which its subjects' deadlines follow (:func:`grader.isolation.check.subject_deadline_s`):
+        which its subjects' deadlines follow (:func:`grader.isolation.jobs.subject_deadline_s`):
         the slowest of each timed problem's reference side (the reference loaded, its graph
         captured and compiled, the baseline compiled) and each planning question's slowest cold
         first call (a compile of the given model); None when nothing was built. Read it from the
@@ -137,18 +138,17 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
     submission of a run is judged on the same figures, and they are measured once, not once per
     worker or Ray task."""
-    from grader.isolation import check
+    from grader.isolation import jobs
 
     keys = [k for k in problems_of(assignment)
             if set(get_problem(k).checks) & {*GRAPH_CHECKS, "job"}]
     if not keys:
         return BuiltReferences()
-    job = check.job_for(keys, [], course_root=course, device=device)
-    job.update(op="build references", measured_jobs=measured_jobs or {})
-    reply = judge.grade(job, check.judge_timeout(job))
-    if not isinstance(reply, dict) or "built" not in reply:
-        return BuiltReferences(error=str((reply or {}).get("error") or reply)[:500])
-    return BuiltReferences(reply["built"], reply.get("measured_jobs") or {})
+    job = jobs.build_references_job(keys, course, device=device, measured_jobs=measured_jobs)
+    reply = judge.grade(job, jobs.judge_timeout(job))
+    if reply.error or not reply.built:
+        return BuiltReferences(error=(reply.error or "the judge built no reference")[:500])
+    return BuiltReferences(dict(reply.built), dict(reply.measured_jobs))
 
 
 def yardstick(key: str, figures: dict) -> str:
@@ -172,11 +172,11 @@ def _scores(assignment: str, evaluations: dict) -> dict:
 def subject_deadlines(assignment: str, reference_s: float | None) -> dict[str, float]:
     """The subject's deadline (seconds) for each solution cell of ``assignment`` (one group of
     problems), from what building the set's references took (``reference_s``, None: not
-    measured): :func:`grader.isolation.check.subject_deadline_s`."""
-    from grader.isolation import check
+    measured): :func:`grader.isolation.jobs.subject_deadline_s`."""
+    from grader.isolation import jobs
 
     return {get_problem(keys[0]).solution_grade_id:
-            check.subject_deadline_s([get_problem(k) for k in keys], reference_s)
+            jobs.subject_deadline_s([get_problem(k) for k in keys], reference_s)
             for keys in groups_of(assignment)}
 
 
@@ -208,13 +208,13 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     per worker, its references built; by default one is started for this notebook, and builds
     them first). ``timeout_s``: the subject's deadline per solution cell; by default it follows
     ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the references
-    when not given; :func:`grader.isolation.check.subject_deadline_s`). ``memory_bytes``: the
+    when not given; :func:`grader.isolation.jobs.subject_deadline_s`). ``memory_bytes``: the
     subject's address-space limit on CPU (``--memory-gb``). ``screen``: only the
     grader's own tests turn the static check off, to attack what stands behind it. ``progress``:
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
     out)."""
-    from grader.isolation import check, static_check
+    from grader.isolation import jobs, static_check
     from grader.isolation.judge_process import JudgeProcess
 
     own = judge is None
@@ -235,13 +235,13 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                 results = {k: {"status": Status.REFUSED, "problem": k,
                                "message": static_check.describe(refusals)} for k in keys}
             else:
-                job = check.job_for(keys, cells, course_root=course, sandbox=sandbox,
+                job = jobs.job_for(keys, cells, course_root=course, sandbox=sandbox,
                                     device=device, timeout_s=deadline_s, isolation=isolation,
                                     screen=screen, memory_bytes=memory_bytes)
-                results = check.run_job(job, judge)
+                results = jobs.run_job(job, judge)
             for key in keys:
                 seconds[key] = round((time.monotonic() - started) / len(keys), 2)
-                evaluations[key] = check.Evaluation(get_problem(key), results[key])
+                evaluations[key] = Evaluation(get_problem(key), results[key])
                 problems[key] = results[key]
                 sandbox_used = results[key].get("sandbox") or sandbox_used
             solutions[first.solution_grade_id] = {

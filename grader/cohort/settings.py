@@ -1,9 +1,13 @@
 """What ``make grade`` can be told: every setting declared once, with its default and its help.
 
 :class:`GradeSettings` is the one declaration; the command line of ``python -m grader.cli grade``
-is built from its fields (:func:`add_arguments`) and :class:`grader.cohort.grade.Run` takes its
-defaults from it. The Makefile passes only what the user set (``make grade WORKERS=2``), so a
-default lives here alone.
+is built from its fields (:func:`add_arguments`), and the settings travel as this one object: a
+run holds it (:class:`grader.cohort.grade.Run`), each submission's attempt holds it with the
+sandbox the run probed (:class:`grader.cohort.attempt.AttemptSettings`), and whatever needs a
+setting in another form reads a derived view (:attr:`GradeSettings.memory_bytes`,
+:attr:`GradeSettings.demo_student_names`, :meth:`GradeSettings.resolved`) rather than a copy of
+the field. The Makefile passes only what the user set (``make grade WORKERS=2``), so a default
+lives here alone.
 """
 from __future__ import annotations
 
@@ -74,24 +78,32 @@ class GradeSettings:
                                    "unchanged (e.g. after fixing a test); grades are replaced, "
                                    "not added", make="REGRADE")
 
-    def run_options(self) -> dict:
-        """The keyword arguments of :func:`grader.cohort.grade.grade` for these settings."""
+    def resolved(self) -> "GradeSettings":
+        """These settings with every path absolute (read once, where the run starts: nbgrader's
+        converter changes the working folder while it works)."""
         def path(p: str) -> str:
             return os.path.abspath(p) if p else ""
 
-        return {"workers": self.workers, "sandbox": self.sandbox,
-                "memory_bytes": self.memory_bytes,
-                "regrade": self.regrade, "executor": self.executor,
-                "ray_address": self.ray_address,
-                "demo_students": [x for x in self.demo_students.split(",") if x] or None,
-                "roster": path(self.roster), "canvas_assignments": path(self.canvas_assignments),
-                "canvas_per_question": self.canvas_per_question}
-
+        return dataclasses.replace(self, course=path(self.course) or os.path.abspath("."),
+                                   roster=path(self.roster),
+                                   canvas_assignments=path(self.canvas_assignments))
 
     @property
     def memory_bytes(self) -> int:
-        """``memory_gb`` in bytes."""
+        """``memory_gb`` in bytes: the subject's address-space limit on CPU, as the judge's job
+        carries it (:attr:`grader.isolation.judge_job.JudgeJob.memory_bytes`)."""
         return int(self.memory_gb * 2 ** 30)
+
+    def probed(self, sandbox: str) -> "GradeSettings":
+        """These settings with the sandbox the run probed (``'bwrap'``, ``'kernel'`` or
+        ``'off'``, :meth:`grader.isolation.sandbox.Isolation.setting`): what each submission's
+        attempt is graded with, here or on a Ray node that probes it again."""
+        return dataclasses.replace(self, sandbox=sandbox)
+
+    @property
+    def demo_student_names(self) -> list[str]:
+        """``demo_students`` as names (empty: the demo's default cohort)."""
+        return [x for x in self.demo_students.split(",") if x]
 
 
 DEFAULTS = GradeSettings()

@@ -1,5 +1,7 @@
 """Grading learner code without trusting it: the notebook API (``check``: ``check``,
-``evaluate``, ``run_test``), ``judge`` (the process that decides every point and never runs
+``evaluate``, ``run_test``), the judge's jobs (``jobs`` builds them, ``judge_job`` types what
+crosses the judge's pipe), test-cell scoring (``cell_scores``), the reference finder
+(``reference_cells``), ``judge`` (the process that decides every point and never runs
 learner code), ``subject`` (the sandboxed process that runs it and decides nothing), ``channel``
 (their messages: JSON and raw tensor bytes), ``sandbox`` (bubblewrap, limits: the one way to start
 a limited process), ``static_check`` (screens learner code before it runs: defence in depth) and

@@ -36,8 +36,9 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
-``--once`` grades one (self-check). Results are plain dicts
-(:class:`grader.checks.results.ProblemResult`).
+``--once`` grades one (self-check). A job is read off the pipe and checked once, whole
+(:class:`grader.isolation.judge_job.JudgeJob`: a malformed one is refused, a grader error); the
+reply is a :class:`grader.isolation.judge_job.JudgeReply`.
 
 Why this module is long (~800 lines): :class:`Judge` is the steps of one job in the order they
 run, and each helper below it is one check's decision; split further, a reader would follow one
@@ -69,13 +70,13 @@ from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.common.wire import Packer, ProtocolError, decode
 from grader.isolation import channel, graph_child, sandbox, static_check
 from grader.checks.jobs import JobFigures
+from grader.isolation.judge_job import BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob
 from grader.isolation.reference_side import ReferenceSide, timed_version, traced_inputs
 from grader.isolation.source import Cell
-from grader.isolation.subject_session import (DEFAULT_MEMORY_BYTES, GraderFailed, LearnerRaised,
-                                              SubjectGone, SubjectSession, learner_text)
+from grader.isolation.subject_session import (GraderFailed, LearnerRaised, SubjectGone,
+                                              SubjectSession, learner_text)
 from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 
-DEFAULT_TIMEOUT_S = 300.0
 CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed",
                           "custom_op")
 # What the learner reads when the grader itself failed (the traceback goes to the instructor).
@@ -156,47 +157,42 @@ class Judge:
                                                   problem_module, jobs=jobs)
         return self.sides[key]
 
-    def build_references(self, job: dict) -> dict:
+    def build_references(self, job: JudgeJob) -> JudgeReply:
         """Build the reference side of each problem of ``job`` now (the first submission then
-        does not pay for it). ``job["measured_jobs"]``: planning questions' figures another
+        does not pay for it). ``job.measured_jobs``: planning questions' figures another
         judge of the run measured (:class:`JobFigures` as dicts, by problem), used instead of
-        measuring again. Returns how long each problem took, and the figures this judge uses."""
-        module = job.get("problem_module")
-        device = job.get("device") or targets.default_device()
+        measuring again. Replies how long each problem took, and the figures this judge uses."""
+        module, device = job.problem_module, job.device
         if device == "cpu":
             torch.set_num_threads(1)
         seconds, measured = {}, {}
-        for key in job["problems"]:
-            cells = [Cell.from_dict(c) for c in (job.get("reference_cells") or {}).get(key) or []]
+        for key in job.problems:
+            cells = list(job.reference_cells.get(key, ()))
             problem = get_problem(key, module)
-            side = self.side(problem, cells or None, device, module, job.get("measured_jobs"))
+            side = self.side(problem, cells or None, device, module, job.measured_jobs)
             if problem.plan is not None:   # measured now, before the first submission
                 measured[key] = side.job_figures().to_dict()
             seconds[key] = round(side.seconds, 2)
-        return {"built": seconds, "measured_jobs": measured}
+        return JudgeReply(built=seconds, measured_jobs=measured)
 
     # -- one job --------------------------------------------------------------------------------
-    def grade(self, job: dict) -> dict:
-        """Grade ``job`` (one group of problems sharing the learner's cells); returns
-        ``{"results": {key: result dict}, "phases": {...}}``."""
+    def grade(self, job: JudgeJob) -> JudgeReply:
+        """Grade ``job`` (one group of problems sharing the learner's cells): each problem's
+        result and the seconds of each step."""
         phases = Phases()
         lap = phases.lap
 
-        module = job.get("problem_module")
-        device = job.get("device") or targets.default_device()
+        module, device = job.problem_module, job.device
         if device == "cpu":
             torch.set_num_threads(1)  # one thread per timed CPU measurement (docs/design.md)
-        problems = {k: get_problem(k, module) for k in job["problems"]}
-        wanted = {k: _with_the_gate(p, [c for c in p.checks
-                                        if c in (job.get("checks") or {}).get(k, p.checks)])
-                  for k, p in problems.items()}
-        learner_cells = [Cell.from_dict(c) for c in job["learner_cells"]]
-        refs = {k: [Cell.from_dict(c) for c in cells]
-                for k, cells in (job.get("reference_cells") or {}).items() if cells}
+        problems = {k: get_problem(k, module) for k in job.problems}
+        wanted = {k: _with_the_gate(p, job.wanted(k, p.checks)) for k, p in problems.items()}
+        learner_cells = list(job.learner_cells)
+        refs = {k: list(cells) for k, cells in job.reference_cells.items() if cells}
         results = {k: ProblemResult(Status.OK, k, device=device,
                                     device_class=targets.device_class(device))
                    for k in problems}
-        sides = {k: self.side(p, refs.get(k), device, module, job.get("measured_jobs"))
+        sides = {k: self.side(p, refs.get(k), device, module, job.measured_jobs)
                  for k, p in problems.items()}
         for k, p in problems.items():   # measured before any learner code runs, if not given
             if p.plan is not None and "job" in wanted[k]:
@@ -207,21 +203,20 @@ class Judge:
         first = next(iter(problems.values()))
         refusals = static_check.check_cells(learner_cells, first.allowed_config,
                                             public_names(first, module)) \
-            if job.get("screen", True) else []
+            if job.screen else []
         if refusals:
             for r in results.values():
                 _stop(r, Status.REFUSED, static_check.describe(refusals))
             return self._finish(results, phases)
         # 2. The subject.
-        isolation = sandbox.probe(job.get("sandbox") or "auto") if not isinstance(
-            job.get("isolation"), dict) else sandbox.Isolation(**job["isolation"])
-        deadline = time.monotonic() + float(job.get("timeout_s") or DEFAULT_TIMEOUT_S)
+        isolation = job.isolation or sandbox.probe(job.sandbox)
+        deadline = time.monotonic() + job.timeout_s
         evidence = {k: Evidence() for k in problems}
         subject = None
         try:
             subject = SubjectSession(isolation=isolation, device=device, problem_module=module,
                                      deadline=deadline,
-                                     memory_bytes=job.get("memory_bytes", DEFAULT_MEMORY_BYTES))
+                                     memory_bytes=job.memory_bytes)
             self._ask(subject, problems, sides, wanted, learner_cells, device, module, evidence, lap)
         except SubjectGone as gone:
             for k, r in results.items():
@@ -286,7 +281,7 @@ class Judge:
         return self._finish(results, phases)
 
     def _decide_in_a_child(self, problem: Problem, side: ReferenceSide, ev: Evidence,
-                           wanted: list[str], device: str, job: dict, phases: Phases,
+                           wanted: list[str], device: str, job: JudgeJob, phases: Phases,
                            result: ProblemResult, limit: float) -> None:
         """:meth:`_decide` in a child of this process with its own memory and time limits
         (:mod:`grader.isolation.graph_child`): the checks that compile and run the learner's
@@ -333,12 +328,11 @@ class Judge:
         result.extra["traceback"] = bounded.traceback or bounded.why
 
     @staticmethod
-    def _finish(results: dict, phases: Phases) -> dict:
+    def _finish(results: dict[str, ProblemResult], phases: Phases) -> JudgeReply:
         # The job's phases go with its first problem only: they are the whole group's seconds.
-        out = {k: r.to_dict() for k, r in results.items()}
-        if out:
-            out[next(iter(out))]["phases"] = dict(phases.seconds)
-        return {"results": out, "phases": dict(phases.seconds)}
+        if results:
+            next(iter(results.values())).extra["phases"] = dict(phases.seconds)
+        return JudgeReply(results=dict(results), phases=dict(phases.seconds))
 
     # -- 2. what only the subject can give ------------------------------------------------------
     def _ask(self, subject: SubjectSession, problems: dict, sides: dict, wanted: dict,
@@ -590,7 +584,7 @@ class Judge:
                                 f"makes)", module, ops, general=general, by_class=by_class)
 
     def _decide(self, problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
-                device: str, job: dict, lap) -> dict[str, CheckOutcome]:
+                device: str, job: JudgeJob, lap) -> dict[str, CheckOutcome]:
         out: dict[str, CheckOutcome] = {}
         if problem.plan is not None:
             if "rule" in wanted:
@@ -718,7 +712,7 @@ class Judge:
         return pool, expected
 
     def _speed(self, problem: Problem, side: ReferenceSide, graph: GraphCheck, ev: Evidence,
-               correct: bool, device: str, job: dict) -> CheckOutcome:
+               correct: bool, device: str, job: JudgeJob) -> CheckOutcome:
         if not correct:
             return CheckOutcome(False, "speed not measured: the outputs are wrong", "fail")
         if not graph.ok:
@@ -731,7 +725,7 @@ class Judge:
             learner = timed_version(graph.module, problem, options)
             verdict = targets.judge_speed(learner, side.base_timed, pool, reference=side.reference,
                                           target=target, device=device,
-                                          budget_s=float(job.get("budget_s") or problem.budget_s))
+                                          budget_s=float(job.budget_s or problem.budget_s))
         details = verdict.to_dict()
         details["with_reference"] = side.reference is not None
         text = str(verdict)
@@ -1230,19 +1224,23 @@ def _recompiles(problem: Problem, graph: GraphCheck, ev: Evidence) -> CheckOutco
 # The judge as a process
 
 def serve(reply_fd: int, once: bool = False) -> int:
-    """Grade jobs read from stdin, one reply each on ``reply_fd``, until stdin closes."""
+    """Grade jobs read from stdin, one reply each on ``reply_fd``, until stdin closes. Each job is
+    checked whole as it is read (:meth:`JudgeJob.from_dict`): a malformed one is refused with the
+    reason, which the driver reports as a grader error for each of its problems."""
     judge = Judge()
     while True:
         try:
-            job, _ = channel.read_message(0)
+            message, _ = channel.read_message(0)
         except EOFError:
             return 0
         try:
-            reply = judge.build_references(job) if job.get("op") == "build references" \
-                else judge.grade(job)
+            job = JudgeJob.from_dict(message)
+            reply = judge.build_references(job) if job.op == BUILD_REFERENCES else judge.grade(job)
+        except MalformedJob as exc:
+            reply = JudgeReply.failed(f"the judge refused a malformed job: {exc}")
         except Exception as exc:
-            reply = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        channel.write_message(reply_fd, json.loads(json.dumps(reply, default=str)))
+            reply = JudgeReply.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        channel.write_message(reply_fd, json.loads(json.dumps(reply.to_dict(), default=str)))
         if once or judge.tainted:
             return 0
 

@@ -1,8 +1,9 @@
 """A judge in a process of its own (``python -m grader.isolation.judge --serve``), driven by
 the process that holds the gradebook (a worker of ``make grade``, a Ray task, Gradescope's
 ``run_autograder``) or by a notebook's kernel for self-check: :class:`JudgeProcess` sends it jobs
-and reads its replies with a deadline, and starts it again when it died or hung. This module
-imports no torch: the driver only talks to the judge.
+and reads its replies with a deadline, and starts it again when it died or hung. What goes each way
+is typed (:mod:`grader.isolation.judge_job`): a :class:`JudgeJob` is sent, a :class:`JudgeReply`
+comes back, each converted to and from JSON in one place.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 
 from grader.common.wire import ProtocolError
 from grader.isolation import channel, sandbox
+from grader.isolation.judge_job import JudgeJob, JudgeReply
 
 
 class JudgeProcess:
@@ -47,24 +49,25 @@ class JudgeProcess:
                 log.close()
         self.reply_fd = read_fd
 
-    def grade(self, job: dict, timeout_s: float) -> dict:
-        """The judge's reply to ``job``; ``{"error": ...}`` when it died or passed ``timeout_s``."""
+    def grade(self, job: JudgeJob, timeout_s: float) -> JudgeReply:
+        """The judge's reply to ``job``; a failed one (:attr:`JudgeReply.error`) when it died,
+        passed ``timeout_s`` or sent something that is not a reply."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self.close()   # a judge that ended (it does after a job that overran it)
                 self._start()
             deadline = time.monotonic() + timeout_s
             try:
-                self.proc.stdin.write(channel.encode_message(job))
+                self.proc.stdin.write(channel.encode_message(job.to_dict()))
                 self.proc.stdin.flush()
                 reply, _ = channel.read_message(self.reply_fd, channel.deadline_reader(deadline))
-                return reply
+                return JudgeReply.from_dict(reply)
             except TimeoutError:
                 self.close()
-                return {"error": f"the judge did not finish within {timeout_s:.0f} s"}
+                return JudgeReply.failed(f"the judge did not finish within {timeout_s:.0f} s")
             except (EOFError, OSError, ProtocolError) as exc:
                 self.close()
-                return {"error": f"the judge stopped ({type(exc).__name__}: {exc})"}
+                return JudgeReply.failed(f"the judge stopped ({type(exc).__name__}: {exc})")
 
     def close(self) -> None:
         if self.proc is not None:

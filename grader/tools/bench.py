@@ -153,7 +153,8 @@ def calibrate_floors(device: str, fraction: float = 0.8, only: list[str] | None 
     into grader/checks/floors.json (floor = ``fraction`` x the reference's measured speedup).
     ``only``: problem sets ("ps7") or problems ("ps7.q1") to calibrate; the others' floors are
     kept as they are."""
-    from grader.isolation.check import evaluate, reference_cells
+    from grader.isolation.check import evaluate
+    from grader.isolation.reference_cells import reference_cells
     from grader.problems import get_problem
     from grader.checks.targets import FLOORS_FILE
 

@@ -1,0 +1,104 @@
+"""The judge's job and reply are typed and checked once, where they cross the pipe
+(grader.isolation.judge_job): a malformed job is refused whole, with the field named, and the
+driver reports it as a grader error for each problem, never as the learner's."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from grader.checks.results import CheckOutcome, ProblemResult, Status
+from grader.isolation import jobs
+from grader.isolation.judge_job import (BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob)
+from grader.isolation.judge_process import JudgeProcess
+from grader.isolation.sandbox import Isolation
+from grader.isolation.source import Cell
+
+ROOT = "."
+
+
+def _job() -> JudgeJob:
+    return jobs.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], course_root=ROOT,
+                        device="cpu", timeout_s=90, isolation=Isolation("kernel", "no bwrap"),
+                        checks={"ps2.q1": ["correctness", "speed"]}, memory_bytes=2 ** 30)
+
+
+def test_a_job_reads_back_as_itself_from_the_json_the_pipe_carries():
+    job = _job()
+    assert job.reference_cells["ps2.q1"], "source/ is at hand here: the reference goes along"
+    again = JudgeJob.from_dict(job.to_dict())
+    assert again == job
+    assert again.wanted("ps2.q1", ("correctness", "fullgraph", "speed")) == ["correctness", "speed"]
+    assert again.wanted("ps9.q9", ("correctness", "speed")) == ["correctness", "speed"]
+    built = jobs.build_references_job(["ps2.q1"], ROOT, device="cpu",
+                                      measured_jobs={"ps3.q1": {"break_even": 1.0}})
+    assert JudgeJob.from_dict(built.to_dict()) == built and built.op == BUILD_REFERENCES
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"problems": []}, "problems"),
+    ({"problems": "ps2.q1"}, "problems"),
+    ({"device": ""}, "device"),
+    ({"timeout_s": 0}, "timeout_s"),
+    ({"timeout_s": "90"}, "timeout_s"),
+    ({"budget_s": -1}, "budget_s"),
+    ({"learner_cells": [{"label": "cell 7"}]}, "cells"),
+    ({"reference_cells": {"ps2.q1": "print(1)"}}, "reference_cells"),
+    ({"sandbox": "none"}, "sandbox"),
+    ({"isolation": {"mode": "chroot", "reason": ""}}, "isolation"),
+    ({"screen": "yes"}, "screen"),
+    ({"checks": {"ps2.q1": "speed"}}, "checks"),
+    ({"memory_bytes": 1.5}, "memory_bytes"),
+    ({"memory_bytes": None}, "memory_bytes"),
+    ({"op": "grade everything"}, "op"),
+    ({"measured_jobs": []}, "measured_jobs"),
+    ({"timeout": 90}, "timeout"),            # a field no judge reads: a typo is not ignored
+])
+def test_a_malformed_job_is_refused_whole_naming_the_field(change, field):
+    data = dict(_job().to_dict(), **change)
+    with pytest.raises(MalformedJob, match=field):
+        JudgeJob.from_dict(data)
+
+
+def test_the_judge_process_refuses_a_malformed_job_and_the_driver_calls_it_a_grader_error():
+    class Forged:   # what a driver with a bug would send: the job's JSON with a field wrong
+        problems, problem_module, timeout_s = ("ps2.q1",), None, 90.0
+
+        def to_dict(self):
+            return dict(_job().to_dict(), learner_cells="import os")
+
+    judge = JudgeProcess()
+    try:
+        reply = judge.grade(Forged(), timeout_s=120)
+        assert reply.error.startswith(
+            "the judge refused a malformed job: learner_cells must be a list"), reply
+        assert not reply.results
+        # The judge refused the job and lives on: the next one is answered by the same process.
+        results = jobs.run_job(Forged(), judge)
+    finally:
+        judge.close()
+    assert results["ps2.q1"]["status"] == Status.GRADER_ERROR
+    assert "the judge failed: the judge refused a malformed job" in results["ps2.q1"]["message"]
+
+
+def test_a_reply_reads_back_as_itself_and_a_malformed_one_reads_as_a_failed_judge():
+    result = ProblemResult(Status.OK, "ps2.q1", device="cpu", device_class="cpu",
+                           checks={"correctness": CheckOutcome(True, "match")},
+                           extra={"sandbox": "kernel", "phases": {"subject": 1.5}})
+    reply = JudgeReply(results={"ps2.q1": result}, phases={"subject": 1.5})
+    assert JudgeReply.from_dict(reply.to_dict()) == reply
+    built = JudgeReply(built={"ps2.q1": 12.5}, measured_jobs={"ps3.q1": {"break_even": 3.0}})
+    assert JudgeReply.from_dict(built.to_dict()) == built
+    failed = JudgeReply.failed("the judge stopped", "Traceback ...")
+    assert JudgeReply.from_dict(failed.to_dict()) == failed
+    for malformed in ([], {}, {"results": {"ps2.q1": "ok"}}, {"built": {"ps2.q1": "fast"}}):
+        reply = JudgeReply.from_dict(malformed)
+        assert reply.error.startswith("the judge sent a malformed reply"), (malformed, reply)
+
+
+def test_the_job_carries_the_subjects_memory_limit_it_was_given():
+    job = _job()
+    assert JudgeJob.from_dict(job.to_dict()).memory_bytes == 2 ** 30
+    default = dataclasses.replace(job, memory_bytes=jobs.DEFAULT_MEMORY_BYTES)
+    assert jobs.job_for(["ps2.q1"], [], course_root=ROOT, device="cpu",
+                        timeout_s=90).memory_bytes == default.memory_bytes
