@@ -215,11 +215,13 @@ class Zygote:
     the grader and torch once, never runs autograd or touches a GPU itself, and for each request
     forks a child (:func:`run_bounded`): the child calls ``ENTRY(request, blob)`` (a
     ``module:function`` of the grader's own) before its memory limit is set, which returns the
-    work to run under the limits. The judge starts one the first time it needs it and reuses it
+    work to run under the limits. ``preload`` (a ``module:function``) runs once in the zygote
+    first: imports every child would otherwise pay for. The judge starts one the first time it needs it and reuses it
     for every later request; a zygote that died or did not answer is started again."""
 
-    def __init__(self, entry: str):
+    def __init__(self, entry: str, preload: str | None = None):
         self.entry = entry
+        self.preload = preload
         self.proc = None
         self.reply_fd = None
 
@@ -238,6 +240,7 @@ class Zygote:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "grader.isolation.graph_child", "--zygote", self.entry,
+                 *(["--preload", self.preload] if self.preload else []),
                  "--reply-fd", str(write_fd)], stdin=subprocess.PIPE, pass_fds=(write_fd,),
                 env=env, start_new_session=True)
         finally:
@@ -286,17 +289,23 @@ class Zygote:
             self.reply_fd = None
 
 
-def _zygote(entry: str, reply_fd: int) -> int:
-    """The zygote's loop: one request from stdin at a time, each handled in a forked child, one
-    answer each on ``reply_fd``, until stdin closes."""
+def _function(name: str):
     import importlib
 
+    module_name, _, function_name = name.partition(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def _zygote(entry: str, reply_fd: int, preload: str | None = None) -> int:
+    """The zygote's loop: one request from stdin at a time, each handled in a forked child, one
+    answer each on ``reply_fd``, until stdin closes."""
     try:
         confine.die_with_parent()
     except confine.Unavailable:
         pass
-    module_name, _, function_name = entry.partition(":")
-    handler = getattr(importlib.import_module(module_name), function_name)
+    handler = _function(entry)
+    if preload:
+        _function(preload)()
     while True:
         try:
             message, blob = channel.read_message(0)
@@ -315,9 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the judge's zygote: forks its bounded children")
     parser.add_argument("--zygote", required=True, metavar="MODULE:FUNCTION",
                         help="what each child calls with a request: returns the work to run")
+    parser.add_argument("--preload", metavar="MODULE:FUNCTION",
+                        help="run once in the zygote before its first request")
     parser.add_argument("--reply-fd", type=int, required=True)
     args = parser.parse_args(argv)
-    return _zygote(args.zygote, args.reply_fd)
+    return _zygote(args.zygote, args.reply_fd, args.preload)
 
 
 if __name__ == "__main__":

@@ -143,7 +143,7 @@ class Judge:
     def __init__(self) -> None:
         self.sides: dict[tuple, ReferenceSide] = {}
         # Forks the children that check a training problem's graph (started when first needed).
-        self.zygote = graph_child.Zygote(TRAINING_WORKER)
+        self.zygote = graph_child.Zygote(TRAINING_WORKER, preload=PRELOAD_COMPILER)
         # Set when a job overran the judge's own time limit in this process (a GPU: no forked
         # child): torch may have been stopped half way, so the process serves no further job
         # (JudgeProcess starts a fresh one).
@@ -937,6 +937,7 @@ def _child_memory_bytes(side: ReferenceSide) -> int:
 
 # What the judge's zygote calls in each child it forks for a training problem's checks.
 TRAINING_WORKER = "grader.isolation.judge:training_worker"
+PRELOAD_COMPILER = "grader.checks._torch_internals:preload_compiler"
 
 
 def _in_the_zygotes_child(problem: Problem, device: str) -> bool:
