@@ -72,20 +72,25 @@ def echo_worker(request: dict, blob: bytes):
     """Runs before the child's memory limit: returns the work to run under it."""
     if request.get("allocate"):
         return lambda: len(bytearray(request["allocate"]))
+    import sys
+
     return lambda: {"request": request, "blob": blob.decode(), "pid": os.getpid(),
-                    "parent": os.getppid()}
+                    "parent": os.getppid(),
+                    "compiler": "torch._inductor.compile_fx" in sys.modules}
 
 
 def test_the_zygote_forks_a_bounded_child_per_request_and_is_reused():
     """A fresh Python that forks each request's child (the judge's way for a training problem,
     whose checks a child forked from the judge could not run): the answer comes back as data, a
     child past its own memory limit ends 'memory', and the same zygote serves the next request
-    (a dead one is started again)."""
-    zygote = graph_child.Zygote(f"{__name__}:echo_worker")
+    (a dead one is started again). Its preload (the compiler's imports) is there in each child."""
+    zygote = graph_child.Zygote(f"{__name__}:echo_worker",
+                                preload="grader.checks._torch_internals:preload_compiler")
     try:
         got = zygote.run({"a": 1}, b"blob", seconds=60, memory_bytes=256 * 1024 ** 2)
         assert got.kind == "done" and got.value["request"] == {"a": 1}, got
         assert got.value["blob"] == "blob" and got.value["parent"] == zygote.proc.pid
+        assert got.value["compiler"], "the zygote's preload is not in its child"
         first = zygote.proc.pid
         heavy = zygote.run({"allocate": 3 * 1024 ** 3}, b"", seconds=60,
                            memory_bytes=512 * 1024 ** 2)

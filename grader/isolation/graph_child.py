@@ -19,9 +19,24 @@ What the judge makes of each ending (:class:`Bounded`):
 - ``failed``: the child raised in the grader's own code, died of a signal without saying it ran
   out of memory, or answered nonsense: a grader error, held for a person.
 
-A forked child can use neither CUDA nor autograd once its parent has (PyTorch refuses both): on
-a GPU (:func:`can_fork`) and for a training step the judge runs these checks in its own process
-under its time limit alone (docs/trust.md).
+Where each problem's checks run (docs/trust.md):
+
+- an inference problem on a CPU: in a child forked from the judge (:func:`run_bounded`), which
+  inherits the judge's built reference side;
+- a training problem (ps5, ps8) on a CPU: a child forked from the judge could not run backward
+  (autograd's worker threads do not survive a fork, and PyTorch refuses autograd in the child of
+  a process that used it; the judge did, building and checking the reference side). So the judge
+  starts a :class:`Zygote` the first time it needs one: a fresh Python that imports the grader,
+  torch and the compiler and never runs autograd itself. For each training problem's decision
+  the zygote forks a child (:func:`run_bounded` again, the same limits and endings) that builds
+  the problem's reference side itself (the judge's own trusted code, the instructor's cells;
+  Inductor's on-disk caches, warm from the judge's build, make it a few seconds), rebuilds the
+  learner's evidence from the data the judge sends (what the subject sent, already checked by
+  the judge: graphs as their headers and blobs, the seed of the input classes, the custom
+  operator's registration data), and only then lowers its memory limit and runs the checks;
+- on a GPU (:func:`can_fork` is false: a CUDA context does not survive a fork either): in the
+  judge's own process under its time limit alone; a CUDA child (of the zygote, which never
+  touches CUDA) is not built.
 """
 from __future__ import annotations
 

@@ -31,8 +31,11 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    speed of the judge's own compile of that graph against the baseline and the reference,
    interleaved (:mod:`grader.checks.timing`); a planning question's choices against the totals
    the judge's own figures give each way of running the job. On a CPU the checks that compile
-   or run the learner's graph (of an inference problem) run in a child forked from this process, with its own memory and
-   time limits (:mod:`grader.isolation.graph_child`), and this process checks what it sends.
+   or run the learner's graph run in a child with its own memory and time limits
+   (:mod:`grader.isolation.graph_child`), and this process checks what it sends: for an
+   inference problem a child forked from this process, for a training problem (whose checks
+   run backward, which a child forked from here could not) a child of this judge's zygote, a
+   fresh Python that never ran backward. On a GPU they run here under a time limit.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
