@@ -273,7 +273,8 @@ class Zygote:
             self.proc.stdin.flush()
             reply, _ = channel.read_message(self.reply_fd, channel.deadline_reader(
                 time.monotonic() + seconds + ZYGOTE_MARGIN_S))
-        except (TimeoutError, EOFError, OSError, ProtocolError) as exc:
+        except (TimeoutError, EOFError, OSError, ProtocolError, ValueError) as exc:
+            # (ValueError: a request that is not strict JSON, such as a NaN, was not sent.)
             self.close()
             return Bounded("failed", why=f"the grader's zygote process did not answer "
                                          f"({type(exc).__name__})",
