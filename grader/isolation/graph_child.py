@@ -24,8 +24,10 @@ Where each problem's checks run (docs/trust.md):
 - an inference problem on a CPU: in a child forked from the judge (:func:`run_bounded`), which
   inherits the judge's built reference side;
 - a training problem (ps5, ps8) on a CPU: a child forked from the judge could not run backward
-  (autograd's worker threads do not survive a fork, and PyTorch refuses autograd in the child of
-  a process that used it; the judge did, building and checking the reference side). So the judge
+  (autograd's worker threads do not survive a fork: once a compiled training step ran backward
+  in a process, a backward in its forked child raises "Unable to handle autograd's threading in
+  combination with fork-based multiprocessing"; the judge ran such steps building its reference
+  side). So the judge
   starts a :class:`Zygote` the first time it needs one: a fresh Python that imports the grader,
   torch and the compiler and never runs autograd itself. For each training problem's decision
   the zygote forks a child (:func:`run_bounded` again, the same limits and endings) that builds
