@@ -1016,14 +1016,16 @@ def _evidence_from_wire(problem: Problem, header: dict, blob: bytes) -> Evidence
 def training_worker(request: dict, blob: bytes):
     """(In a child of the judge's zygote, before its memory limit is set.) A training problem's
     reference side, built as the judge built it (the instructor's code and the judge's own, no
-    learner code; Inductor's caches make the compiles quick), and the evidence rebuilt from its
-    data; returns the checks to run under the limits."""
+    learner code; Inductor's caches make the compiles quick; what only the speed check times is
+    left out where the job does not ask for it), and the evidence rebuilt from its data; returns
+    the checks to run under the limits."""
     module = request.get("problem_module")
     device = request["device"]
     torch.set_num_threads(1)
     problem = get_problem(request["problem"], module)
     cells = [Cell.from_dict(c) for c in request.get("reference_cells") or []]
-    side = ReferenceSide.build(problem, cells or None, device, module)
+    side = ReferenceSide.build(problem, cells or None, device, module,
+                               timed="speed" in request["wanted"])
     ev = _evidence_from_wire(problem, request["evidence"], blob)
     return lambda: _decided(Judge(), problem, side, ev, request["wanted"], device,
                             request["job"])
