@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 import torch
 
 from grader.checks.breaks import graph_break_report
-from grader.isolation.check import evaluate, job_for
+from grader.isolation.check import Evaluation, job_for
 from grader.isolation.judge import Judge
 from grader.problems import get_problem, training_step
 from grader.problems.ps5 import IGNORE, Classifier, example_inputs
@@ -79,7 +80,22 @@ def test_a_training_problem_compares_a_step_and_compiles_the_model_with_gradient
     assert inference.traced_call(model) is not model
 
 
-def test_ps5_grades_each_trap_of_a_training_step_in_the_judge():
+@pytest.fixture(scope="module")
+def judge():
+    """One judge (and zygote) for the module: ps5's reference side is built once."""
+    return Judge()
+
+
+def _graded(judge: Judge, source: str, *, screen: bool = True, reference: str = "auto",
+            checks=("correctness", "fullgraph", "breaks", "recompiles")) -> dict:
+    """ps5.q1 graded by ``judge`` (its subject, then the child of its zygote), speed left out;
+    the reference from source/ (``reference="auto"``) sizes what the judge compiles and runs."""
+    job = job_for(["ps5.q1"], [Cell("cell 7", source)], course_root=ROOT, screen=screen,
+                  reference=reference, checks={"ps5.q1": list(checks)})
+    return judge.grade(job)["results"]["ps5.q1"]
+
+
+def test_ps5_grades_each_trap_of_a_training_step_in_the_judge(judge):
     """Through the judge and its subject (no timing): a loss that counts the unlabeled examples
     fails correctness (and its graph earns nothing); an example counter in a Python int fails
     recompiles, naming it; the reference passes both, and no break remains."""
@@ -87,8 +103,8 @@ def test_ps5_grades_each_trap_of_a_training_step_in_the_judge():
     counter = REFERENCE.replace("    def forward(self, x, y):\n",
                                 "    def forward(self, x, y):\n        self.examples_seen += 1\n")
     checks = ["correctness", "fullgraph", "recompiles"]
-    runs = {name: evaluate("ps5.q1", cells=[Cell("cell 7", src)], reference="off", checks=checks,
-                           cache=False)
+    runs = {name: Evaluation(get_problem("ps5.q1"),
+                             _graded(judge, src, reference="off", checks=checks))
             for name, src in {"wrong": wrong, "counter": counter}.items()}
     # (The reference's own pass: test_a_training_steps_graph_is_checked_in_a_bounded_child.)
     assert runs["wrong"].verdict("correctness") == "fail"
@@ -106,15 +122,7 @@ HEAVY = REFERENCE.replace("return F.cross_entropy(",
                           "        return pad.sum() + F.cross_entropy(")
 
 
-def _graded(judge: Judge, source: str, *, screen: bool = True) -> dict:
-    """ps5.q1 graded by ``judge`` (its subject, then the child of its zygote), speed left out;
-    the reference from source/ sizes what the judge will compile and run."""
-    job = job_for(["ps5.q1"], [Cell("cell 7", source)], course_root=ROOT, screen=screen,
-                  checks={"ps5.q1": ["correctness", "fullgraph", "breaks", "recompiles"]})
-    return judge.grade(job)["results"]["ps5.q1"]
-
-
-def test_a_training_steps_graph_is_checked_in_a_bounded_child(monkeypatch):
+def test_a_training_steps_graph_is_checked_in_a_bounded_child(judge, monkeypatch):
     """A training step's graph is compiled and run in a child of the judge's zygote (a fresh
     Python that never ran backward), never in the judge: a graph of ~20,000 operators shipped in
     place of the learner's is refused in seconds with the reason; a child that needs more memory
@@ -123,7 +131,6 @@ def test_a_training_steps_graph_is_checked_in_a_bounded_child(monkeypatch):
     from test_attacks_unscreened import SWOLLEN_GRAPH
     from grader.isolation import judge as judge_module
 
-    judge = Judge()
     started = time.monotonic()
     swollen = _graded(judge, SWOLLEN_GRAPH.format(how="nodes") + REFERENCE, screen=False)
     took = time.monotonic() - started
