@@ -233,8 +233,9 @@ class Zygote:
     forks a child (:func:`run_bounded`): the child calls ``ENTRY(request, blob)`` (a
     ``module:function`` of the grader's own) before its memory limit is set, which returns the
     work to run under the limits. ``preload`` (a ``module:function``) runs once in the zygote
-    first: imports every child would otherwise pay for. The judge starts one the first time it needs it and reuses it
-    for every later request; a zygote that died or did not answer is started again."""
+    first: imports every child would otherwise pay for. The judge starts one the first time it
+    needs it and reuses it for every later request; a zygote that died or did not answer is
+    started again."""
 
     def __init__(self, entry: str, preload: str | None = None):
         self.entry = entry
