@@ -1,7 +1,9 @@
 """The judge's child for its checks of a learner's graph (grader.isolation.graph_child): each way
 it can end, told apart: an answer, an allocation past its own address-space limit, no answer in
 time (killed, with whatever it started), and the grader's own failure (an exception, a signal).
-Plain Python work here, no torch: tests/test_isolation.py drives the judge's use of it."""
+Plain Python work here, no torch (the zygote, a process of its own, imports it): the judge's use
+of it is driven by tests/test_isolation.py (a forked child) and tests/test_training.py (a child of
+the zygote)."""
 from __future__ import annotations
 
 import os
@@ -65,3 +67,41 @@ def test_the_child_keeps_only_the_environment_a_compile_needs(monkeypatch):
                                   memory_bytes=256 * 1024 ** 2)
     assert got.kind == "done" and "COURSE_SECRET_TEST" not in got.value
     assert got.value.get("PATH") == os.environ.get("PATH")
+
+
+# What the zygote's children call in the tests below (imported by name in the zygote).
+def echo_worker(request: dict, blob: bytes):
+    """Runs before the child's memory limit: returns the work to run under it."""
+    if request.get("allocate"):
+        return lambda: len(bytearray(request["allocate"]))
+    import sys
+
+    return lambda: {"request": request, "blob": blob.decode(), "pid": os.getpid(),
+                    "parent": os.getppid(),
+                    "compiler": "torch._inductor.compile_fx" in sys.modules}
+
+
+def test_the_zygote_forks_a_bounded_child_per_request_and_is_reused():
+    """A fresh Python that forks each request's child (the judge's way for a training problem,
+    whose checks a child forked from the judge could not run): the answer comes back as data, a
+    child past its own memory limit ends 'memory', and the same zygote serves the next request
+    (a dead one is started again). Its preload (the compiler's imports) is there in each child."""
+    zygote = graph_child.Zygote(f"{__name__}:echo_worker",
+                                preload="grader.checks._torch_internals:preload_compiler")
+    try:
+        got = zygote.run({"a": 1}, b"blob", seconds=60, memory_bytes=256 * 1024 ** 2)
+        assert got.kind == "done" and got.value["request"] == {"a": 1}, got
+        assert got.value["blob"] == "blob" and got.value["parent"] == zygote.proc.pid
+        assert got.value["compiler"], "the zygote's preload is not in its child"
+        first = zygote.proc.pid
+        heavy = zygote.run({"allocate": 3 * 1024 ** 3}, b"", seconds=60,
+                           memory_bytes=512 * 1024 ** 2)
+        assert heavy.kind == "memory", heavy
+        again = zygote.run({"b": 2}, b"", seconds=60, memory_bytes=256 * 1024 ** 2)
+        assert again.kind == "done" and zygote.proc.pid == first
+        os.kill(first, signal.SIGKILL)
+        zygote.proc.wait()
+        restarted = zygote.run({"c": 3}, b"", seconds=60, memory_bytes=256 * 1024 ** 2)
+        assert restarted.kind == "done" and zygote.proc.pid != first, restarted
+    finally:
+        zygote.close()

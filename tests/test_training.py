@@ -2,16 +2,22 @@
 
 The in-process parts (``grader.problems.training_step``, ``Problem.graded_call`` /
 ``traced_call``) are tested directly; the grading of ps5's traps goes through the judge and its subject,
-with the timed checks left out (seconds, not a minute).
+with the timed checks left out (seconds, not a minute). The judge's own checks of a training
+step's graph run in a child of its zygote with their own memory and time limits: a graph made to
+hold the judge, or one past the child's memory, scores nothing with the reason, in seconds, and
+the submission after it keeps its exact verdicts.
 """
 from __future__ import annotations
 
 import os
+import time
 
+import pytest
 import torch
 
 from grader.checks.breaks import graph_break_report
-from grader.isolation.check import evaluate
+from grader.isolation.check import Evaluation, job_for
+from grader.isolation.judge import Judge
 from grader.problems import get_problem, training_step
 from grader.problems.ps5 import IGNORE, Classifier, example_inputs
 from grader.isolation.source import Cell, solution_cells
@@ -74,7 +80,22 @@ def test_a_training_problem_compares_a_step_and_compiles_the_model_with_gradient
     assert inference.traced_call(model) is not model
 
 
-def test_ps5_grades_each_trap_of_a_training_step_in_the_judge():
+@pytest.fixture(scope="module")
+def judge():
+    """One judge (and zygote) for the module: ps5's reference side is built once."""
+    return Judge()
+
+
+def _graded(judge: Judge, source: str, *, screen: bool = True, reference: str = "auto",
+            checks=("correctness", "fullgraph", "breaks", "recompiles")) -> dict:
+    """ps5.q1 graded by ``judge`` (its subject, then the child of its zygote), speed left out;
+    the reference from source/ (``reference="auto"``) sizes what the judge compiles and runs."""
+    job = job_for(["ps5.q1"], [Cell("cell 7", source)], course_root=ROOT, screen=screen,
+                  reference=reference, checks={"ps5.q1": list(checks)})
+    return judge.grade(job)["results"]["ps5.q1"]
+
+
+def test_ps5_grades_each_trap_of_a_training_step_in_the_judge(judge):
     """Through the judge and its subject (no timing): a loss that counts the unlabeled examples
     fails correctness (and its graph earns nothing); an example counter in a Python int fails
     recompiles, naming it; the reference passes both, and no break remains."""
@@ -82,13 +103,57 @@ def test_ps5_grades_each_trap_of_a_training_step_in_the_judge():
     counter = REFERENCE.replace("    def forward(self, x, y):\n",
                                 "    def forward(self, x, y):\n        self.examples_seen += 1\n")
     checks = ["correctness", "fullgraph", "recompiles"]
-    runs = {name: evaluate("ps5.q1", cells=[Cell("cell 7", src)], reference="off", checks=checks,
-                           cache=False)
-            for name, src in {"reference": REFERENCE, "wrong": wrong, "counter": counter}.items()}
-    assert [runs["reference"].verdict(c) for c in checks] == ["pass"] * 3, str(runs["reference"])
+    runs = {name: Evaluation(get_problem("ps5.q1"),
+                             _graded(judge, src, reference="off", checks=checks))
+            for name, src in {"wrong": wrong, "counter": counter}.items()}
+    # (The reference's own pass: test_a_training_steps_graph_is_checked_in_a_bounded_child.)
     assert runs["wrong"].verdict("correctness") == "fail"
     assert runs["wrong"].title("correctness") == "loss and gradients match the original"
     assert runs["wrong"].verdict("fullgraph") == "fail"
     assert runs["counter"].verdict("correctness") == "pass"
     assert runs["counter"].verdict("recompiles") == "fail"
     assert "self.examples_seen" in runs["counter"].message("recompiles")
+
+
+# The reference, correct and one graph, with a 192 MiB tensor of zeros alive in its step (under
+# the graph budget, over the 64 MiB the test gives the child).
+HEAVY = REFERENCE.replace("return F.cross_entropy(",
+                          "pad = torch.zeros(48 * 1024 * 1024, device=x.device)\n"
+                          "        return pad.sum() + F.cross_entropy(")
+
+
+def test_a_training_steps_graph_is_checked_in_a_bounded_child(judge, monkeypatch):
+    """A training step's graph is compiled and run in a child of the judge's zygote (a fresh
+    Python that never ran backward), never in the judge: a graph of ~20,000 operators shipped in
+    place of the learner's is refused in seconds with the reason; a child that needs more memory
+    than its limit (here lowered to 64 MiB) gives no structural point, with the reason; the
+    judge grades the honest reference after both with every check passed, in the same zygote."""
+    from test_attacks_unscreened import SWOLLEN_GRAPH
+    from grader.isolation import judge as judge_module
+
+    started = time.monotonic()
+    swollen = _graded(judge, SWOLLEN_GRAPH.format(how="nodes") + REFERENCE, screen=False)
+    took = time.monotonic() - started
+    said = swollen["checks"]["fullgraph"]["message"]
+    assert not swollen["checks"]["fullgraph"]["ok"] and "will not compile or run it" in said, said
+    assert "operators, more than" in said, said
+    assert swollen["graph_child"]["forked_from"] == "zygote", swollen["graph_child"]
+    judge_s = sum(swollen["phases"].get(p, 0.0) for p in ("graph checks", "graph child"))
+    print(f"swollen graph: the judge's checks {judge_s:.1f} s, the whole grading {took:.1f} s")
+    assert judge_s < 60, swollen["phases"]
+    zygote = judge.zygote.proc.pid
+
+    monkeypatch.setattr(judge_module, "_child_memory_bytes", lambda side: 64 * 1024 ** 2)
+    heavy = _graded(judge, HEAVY)
+    assert heavy["status"] == "ok" and heavy["checks"]["correctness"]["ok"], heavy
+    assert heavy["graph_child"]["ended"] in ("memory", "done"), heavy["graph_child"]
+    said = heavy["checks"]["fullgraph"]["message"]
+    assert not heavy["checks"]["fullgraph"]["ok"], said
+    assert "GiB of memory this problem allows" in said or "allocate memory" in said, said
+    monkeypatch.undo()
+
+    honest = _graded(judge, REFERENCE)
+    assert honest["status"] == "ok", honest
+    assert {name: c["ok"] for name, c in honest["checks"].items()} == dict.fromkeys(
+        ["correctness", "fullgraph", "breaks", "recompiles"], True), honest["checks"]
+    assert honest["graph_child"]["ended"] == "done" and judge.zygote.proc.pid == zygote

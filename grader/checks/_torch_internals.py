@@ -386,6 +386,15 @@ def is_graph_break_error(exc: BaseException) -> bool:
     return isinstance(exc, kinds)
 
 
+def preload_compiler() -> None:
+    """Import Dynamo, AOTAutograd and Inductor now, compiling nothing (no autograd, no compile
+    workers, no cache written): a process that forks children which compile (the judge's zygote,
+    :class:`grader.isolation.graph_child.Zygote`) pays these imports once, not in every child."""
+    import torch._dynamo  # noqa: F401
+    import torch._functorch.aot_autograd  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+
+
 def warm_inductor(device: str = "cpu") -> None:
     """One tiny Inductor compile in a throwaway cache: the first compile of a process also starts
     the compile workers and loads the C++/Triton toolchain, a one-time cost that must not be

@@ -19,9 +19,26 @@ What the judge makes of each ending (:class:`Bounded`):
 - ``failed``: the child raised in the grader's own code, died of a signal without saying it ran
   out of memory, or answered nonsense: a grader error, held for a person.
 
-A forked child can use neither CUDA nor autograd once its parent has (PyTorch refuses both): on
-a GPU (:func:`can_fork`) and for a training step the judge runs these checks in its own process
-under its time limit alone (docs/trust.md).
+Where each problem's checks run (docs/trust.md):
+
+- an inference problem on a CPU: in a child forked from the judge (:func:`run_bounded`), which
+  inherits the judge's built reference side;
+- a training problem (ps5, ps8) on a CPU: a child forked from the judge could not run backward
+  (autograd's worker threads do not survive a fork: once a compiled training step ran backward
+  in a process, a backward in its forked child raises "Unable to handle autograd's threading in
+  combination with fork-based multiprocessing"; the judge ran such steps building its reference
+  side). So the judge
+  starts a :class:`Zygote` the first time it needs one: a fresh Python that imports the grader,
+  torch and the compiler and never runs autograd itself. For each training problem's decision
+  the zygote forks a child (:func:`run_bounded` again, the same limits and endings) that builds
+  the problem's reference side itself (the judge's own trusted code, the instructor's cells;
+  Inductor's on-disk caches, warm from the judge's build, make it a few seconds), rebuilds the
+  learner's evidence from the data the judge sends (what the subject sent, already checked by
+  the judge: graphs as their headers and blobs, the seed of the input classes, the custom
+  operator's registration data), and only then lowers its memory limit and runs the checks;
+- on a GPU (:func:`can_fork` is false: a CUDA context does not survive a fork either): in the
+  judge's own process under its time limit alone; a CUDA child (of the zygote, which never
+  touches CUDA) is not built.
 """
 from __future__ import annotations
 
@@ -77,15 +94,18 @@ def address_space_bytes() -> int:
     raise OSError("no VmSize in /proc/self/status")
 
 
-def run_bounded(work, *, seconds: float, memory_bytes: int) -> Bounded:
+def run_bounded(work=None, *, seconds: float, memory_bytes: int, setup=None) -> Bounded:
     """``work()`` (returning JSON-able data) in a forked child whose address space may grow by
-    ``memory_bytes`` at most, killed after ``seconds``; how it ended."""
+    ``memory_bytes`` at most, killed after ``seconds``; how it ended. ``setup()``, where given,
+    runs first in the child, before its memory limit is set (the grader's own trusted work, such
+    as building a reference side), and returns the ``work`` to run under it; ``seconds`` covers
+    both."""
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:   # the child: never returns
         os.close(read_fd)
-        _child(work, write_fd, memory_bytes)
+        _child(work, write_fd, memory_bytes, setup)
     os.close(write_fd)
     try:
         os.setpgid(pid, pid)   # its own group (the child sets it too): killed with whatever it started
@@ -117,7 +137,7 @@ def run_bounded(work, *, seconds: float, memory_bytes: int) -> Bounded:
                    traceback=str(header.get("traceback", ""))[-8000:], seconds=took)
 
 
-def _child(work, write_fd: int, memory_bytes: int) -> None:
+def _child(work, write_fd: int, memory_bytes: int, setup=None) -> None:
     code = 0
     try:
         os.setpgid(0, 0)
@@ -128,10 +148,18 @@ def _child(work, write_fd: int, memory_bytes: int) -> None:
         for name in list(os.environ):
             if not any(name == k or (k.endswith("_") and name.startswith(k)) for k in CHILD_ENV):
                 del os.environ[name]
-        limit = address_space_bytes() + memory_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        reply = None
+        if setup is not None:
+            try:   # the grader's own work, before the limit: any failure here is the grader's
+                work = setup()
+            except BaseException as exc:  # noqa: BLE001
+                reply = {"error": f"while setting up: {type(exc).__name__}: {exc}"[:2000],
+                         "traceback": traceback.format_exc()}
         try:
-            reply = {"value": work()}
+            if reply is None:
+                limit = address_space_bytes() + memory_bytes
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+                reply = {"value": work()}
         except MemoryError:
             reply = {"memory": "an allocation failed (MemoryError)"}
         except BaseException as exc:  # noqa: BLE001 (the child answers for every failure)
@@ -188,3 +216,139 @@ def _status(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The zygote: a fresh Python that forks the children a process which ran backward cannot
+
+# How long past a request's own time limit the judge waits for the zygote's answer (the zygote
+# kills its child at the limit itself; past this, the zygote is the one that failed).
+ZYGOTE_MARGIN_S = 30.0
+ENDINGS = ("done", "memory", "time", "failed")
+
+
+class Zygote:
+    """A fresh Python (``python -m grader.isolation.graph_child --zygote ENTRY``) that imports
+    the grader and torch once, never runs autograd or touches a GPU itself, and for each request
+    forks a child (:func:`run_bounded`): the child calls ``ENTRY(request, blob)`` (a
+    ``module:function`` of the grader's own) before its memory limit is set, which returns the
+    work to run under the limits. ``preload`` (a ``module:function``) runs once in the zygote
+    first: imports every child would otherwise pay for. The judge starts one the first time it
+    needs it and reuses it for every later request; a zygote that died or did not answer is
+    started again."""
+
+    def __init__(self, entry: str, preload: str | None = None):
+        self.entry = entry
+        self.preload = preload
+        self.proc = None
+        self.reply_fd = None
+
+    def start(self) -> None:
+        """Start the zygote now, if it is not running (its imports then overlap other work)."""
+        import subprocess
+        import sys
+
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.close()
+        env = dict(os.environ)
+        # The zygote imports what this process imports (a test's problem set included).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "grader.isolation.graph_child", "--zygote", self.entry,
+                 *(["--preload", self.preload] if self.preload else []),
+                 "--reply-fd", str(write_fd)], stdin=subprocess.PIPE, pass_fds=(write_fd,),
+                env=env, start_new_session=True)
+        finally:
+            os.close(write_fd)
+        self.reply_fd = read_fd
+
+    def run(self, request: dict, blob: bytes, *, seconds: float, memory_bytes: int) -> Bounded:
+        """``request`` (and ``blob``) handled in a child of the zygote with ``seconds`` and
+        ``memory_bytes`` as :func:`run_bounded` gives them; how it ended."""
+        started = time.monotonic()
+        self.start()
+        try:
+            self.proc.stdin.write(channel.encode_message(
+                {"seconds": seconds, "memory_bytes": memory_bytes, "request": request}, blob))
+            self.proc.stdin.flush()
+            reply, _ = channel.read_message(self.reply_fd, channel.deadline_reader(
+                time.monotonic() + seconds + ZYGOTE_MARGIN_S))
+        except (TimeoutError, EOFError, OSError, ProtocolError, ValueError) as exc:
+            # (ValueError: a request that is not strict JSON, such as a NaN, was not sent.)
+            self.close()
+            return Bounded("failed", why=f"the grader's zygote process did not answer "
+                                         f"({type(exc).__name__})",
+                           seconds=time.monotonic() - started)
+        if reply.get("kind") not in ENDINGS or not isinstance(reply.get("why", ""), str) \
+                or not isinstance(reply.get("seconds", 0.0), (int, float)):
+            return Bounded("failed", why="the grader's zygote process answered nonsense",
+                           seconds=time.monotonic() - started)
+        return Bounded(reply["kind"], reply.get("value"), reply.get("why", ""),
+                       str(reply.get("traceback", "")), float(reply.get("seconds", 0.0)))
+
+    def close(self) -> None:
+        """Stop the zygote (and, as they die with it, whatever child it has)."""
+        if self.proc is not None:
+            _kill(self.proc.pid)
+            try:
+                self.proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 (it was killed; nothing more to do)
+                pass
+            for stream in (self.proc.stdin,):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            self.proc = None
+        if self.reply_fd is not None:
+            os.close(self.reply_fd)
+            self.reply_fd = None
+
+
+def _function(name: str):
+    import importlib
+
+    module_name, _, function_name = name.partition(":")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def _zygote(entry: str, reply_fd: int, preload: str | None = None) -> int:
+    """The zygote's loop: one request from stdin at a time, each handled in a forked child, one
+    answer each on ``reply_fd``, until stdin closes."""
+    try:
+        confine.die_with_parent()
+    except confine.Unavailable:
+        pass
+    handler = _function(entry)
+    if preload:
+        _function(preload)()
+    while True:
+        try:
+            message, blob = channel.read_message(0)
+        except EOFError:
+            return 0
+        bounded = run_bounded(setup=lambda: handler(message["request"], blob),
+                              seconds=float(message["seconds"]),
+                              memory_bytes=int(message["memory_bytes"]))
+        channel.write_message(reply_fd, json.loads(json.dumps(dataclasses.asdict(bounded),
+                                                              default=str)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the judge's zygote: forks its bounded children")
+    parser.add_argument("--zygote", required=True, metavar="MODULE:FUNCTION",
+                        help="what each child calls with a request: returns the work to run")
+    parser.add_argument("--preload", metavar="MODULE:FUNCTION",
+                        help="run once in the zygote before its first request")
+    parser.add_argument("--reply-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    return _zygote(args.zygote, args.reply_fd, args.preload)
+
+
+if __name__ == "__main__":
+    os._exit(main())

@@ -31,8 +31,11 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    speed of the judge's own compile of that graph against the baseline and the reference,
    interleaved (:mod:`grader.checks.timing`); a planning question's choices against the totals
    the judge's own figures give each way of running the job. On a CPU the checks that compile
-   or run the learner's graph (of an inference problem) run in a child forked from this process, with its own memory and
-   time limits (:mod:`grader.isolation.graph_child`), and this process checks what it sends.
+   or run the learner's graph run in a child with its own memory and time limits
+   (:mod:`grader.isolation.graph_child`), and this process checks what it sends: for an
+   inference problem a child forked from this process, for a training problem (whose checks
+   run backward, which a child forked from here could not) a child of this judge's zygote, a
+   fresh Python that never ran backward. On a GPU they run here under a time limit.
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
@@ -110,6 +113,10 @@ class Evidence:
     # data around the problem's own kernel, and the graph name the learner's graphs call it by.
     custom_op: custom_ops.Rebuilt | None = None
     operators: dict = dataclasses.field(default_factory=dict)
+    # What the classes and the custom operator were made from, so that a child of the judge's
+    # zygote can make them again (a training problem's checks: _evidence_to_wire).
+    classes_seed: int | None = None
+    custom_op_wire: tuple | None = None     # (reply, blob) of the learner's registration
 
 
 @dataclasses.dataclass
@@ -139,6 +146,8 @@ class Judge:
 
     def __init__(self) -> None:
         self.sides: dict[tuple, ReferenceSide] = {}
+        # Forks the children that check a training problem's graph (started when first needed).
+        self.zygote = graph_child.Zygote(TRAINING_WORKER, preload=PRELOAD_COMPILER)
         # Set when a job overran the judge's own time limit in this process (a GPU: no forked
         # child): torch may have been stopped half way, so the process serves no further job
         # (JudgeProcess starts a fresh one).
@@ -153,6 +162,8 @@ class Judge:
             given = (measured_jobs or {}).get(problem.key)
             jobs = JobFigures.from_dict(given, problem.plan.modes) \
                 if given is not None and problem.plan is not None else None
+            if _in_the_zygotes_child(problem, device):
+                self.zygote.start()   # its imports overlap the build below
             self.sides[key] = ReferenceSide.build(problem, reference_cells, device,
                                                   problem_module, jobs=jobs)
         return self.sides[key]
@@ -253,9 +264,11 @@ class Judge:
                     result.extra["traceback"] = ev.traceback
                 continue
             limit = _work_limit_s(problem, sides[key])
-            # A training problem's checks run backward, which a forked child cannot once this
-            # process has (autograd's threads do not survive a fork): they stay here too.
-            if problem.plan is None and not problem.training and graph_child.can_fork(device):
+            # A training problem's checks run backward, which a child forked from this process
+            # cannot once this process has (autograd's threads do not survive a fork): they run
+            # in a child of the judge's zygote, which never ran backward (_in_the_zygotes_child).
+            if problem.plan is None and (graph_child.can_fork(device)
+                                         or _in_the_zygotes_child(problem, device)):
                 with graph_artifact.extra_operators(ev.operators):
                     self._decide_in_a_child(problem, sides[key], ev, wanted[key], device, job,
                                             phases, result, limit)
@@ -286,18 +299,29 @@ class Judge:
         """:meth:`_decide` in a child of this process with its own memory and time limits
         (:mod:`grader.isolation.graph_child`): the checks that compile and run the learner's
         graph. A graph past either limit scores no structural point, with the reason; the
-        child's own failure is the grader's, held for a person. This process stays as it was."""
-        def work() -> dict:
-            laps = Phases()
-            with ti.inductor_config_patch(compile_threads=1):
-                checks = self._decide(problem, side, ev, wanted, device, job, laps.lap)
-            return {"checks": {name: c.to_dict() for name, c in checks.items()},
-                    "phases": laps.seconds}
+        child's own failure is the grader's, held for a person. This process stays as it was.
 
+        An inference problem's child is forked from this process and inherits its reference
+        side; a training problem's is forked from the judge's zygote (it could not run backward
+        if forked from here) and builds the reference side again itself (:func:`training_worker`)
+        from the evidence, sent to it as data."""
         allowance = _child_memory_bytes(side)
-        bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance)
+        if _in_the_zygotes_child(problem, device):
+            header, blob = _evidence_to_wire(ev)
+            bounded = self.zygote.run(
+                {"problem": problem.key, "problem_module": job.get("problem_module"),
+                 "device": device, "wanted": list(wanted), "job": _job_for_the_child(job),
+                 "reference_cells": (job.get("reference_cells") or {}).get(problem.key) or [],
+                 "evidence": header}, blob, seconds=limit, memory_bytes=allowance)
+        else:
+            def work() -> dict:
+                return _decided(self, problem, side, ev, wanted, device, job)
+
+            bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance)
         result.extra["graph_child"] = {"ended": bounded.kind, "seconds": round(bounded.seconds, 2),
-                                       "limit_s": round(limit), "memory_bytes": allowance}
+                                       "limit_s": round(limit), "memory_bytes": allowance,
+                                       "forked_from": "zygote" if _in_the_zygotes_child(
+                                           problem, device) else "judge"}
         checks = _checks_from_child(bounded.value, wanted) if bounded.kind == "done" else None
         if bounded.kind == "done" and checks is not None:
             result.checks = checks
@@ -364,7 +388,8 @@ class Judge:
                 lap("plan")
                 continue
             # Every class of inputs the problem tests, shapes drawn for this job only.
-            ev.classes = problem.input_classes(random.Random(correctness.fresh_seeds(1)[0]))
+            ev.classes_seed = correctness.fresh_seeds(1)[0]
+            ev.classes = problem.input_classes(random.Random(ev.classes_seed))
             if "correctness" in wanted[key]:
                 ev.correctness = self._correctness(subject, problem, sides[key], device,
                                                    ev.classes)
@@ -385,6 +410,7 @@ class Judge:
         rebuilt into the judge's own operator around the problem's kernel: the learner's graphs
         call that one (:mod:`grader.checks.custom_ops`)."""
         reply, blob = subject.request({"op": "custom_op", "problem": problem.key})
+        ev.custom_op_wire = (reply, blob)
         ev.custom_op = custom_ops.rebuild(problem.custom_op, reply, blob)
         if ev.custom_op.op is not None:
             ev.operators = {problem.custom_op.graph_name: ev.custom_op.op}
@@ -904,6 +930,99 @@ def _child_memory_bytes(side: ReferenceSide) -> int:
     graph: :data:`CHILD_MEMORY_BASE` plus :data:`CHILD_MEMORY_FACTOR` x the graph budget's
     bytes."""
     return CHILD_MEMORY_BASE + CHILD_MEMORY_FACTOR * side.graph_budget()[1]
+
+
+# What the judge's zygote calls in each child it forks for a training problem's checks.
+TRAINING_WORKER = "grader.isolation.judge:training_worker"
+PRELOAD_COMPILER = "grader.checks._torch_internals:preload_compiler"
+
+
+def _in_the_zygotes_child(problem: Problem, device: str) -> bool:
+    """Whether ``problem``'s checks run in a child of the judge's zygote: a training problem
+    (its checks run backward) on a CPU. On a GPU they run in the judge's own process under its
+    time limit (a CUDA context does not survive a fork either; that path is not built)."""
+    return problem.training and problem.plan is None and device == "cpu"
+
+
+def _decided(judge: "Judge", problem: Problem, side: ReferenceSide, ev: Evidence,
+             wanted: list[str], device: str, job: dict) -> dict:
+    """:meth:`Judge._decide`, in a child, as the data it sends back."""
+    laps = Phases()
+    with ti.inductor_config_patch(compile_threads=1), \
+            graph_artifact.extra_operators(ev.operators):
+        checks = judge._decide(problem, side, ev, wanted, device, job, laps.lap)
+    return {"checks": {name: c.to_dict() for name, c in checks.items()},
+            "phases": laps.seconds}
+
+
+def _job_for_the_child(job: dict) -> dict:
+    """What of the job :meth:`Judge._decide` reads (the learner's cells are not sent)."""
+    return {k: v for k, v in job.items() if k not in ("learner_cells", "reference_cells")}
+
+
+def _evidence_to_wire(ev: Evidence) -> tuple[dict, bytes]:
+    """The evidence of a problem the judge checked, as data for a child of its zygote: every
+    field but those made from others (the input classes, from their seed; the custom operator,
+    from the learner's registration data), graphs as their (header, blob)."""
+    blobs: list[bytes] = []
+
+    def part(data: bytes) -> list[int]:
+        start = sum(len(b) for b in blobs)
+        blobs.append(bytes(data))
+        return [start, len(data)]
+
+    header = {name: getattr(ev, name) for name in (
+        "status", "message", "choice", "capture_error", "compiled", "breaks", "graph_count",
+        "recompiles", "classes_seed", "traceback")}
+    header["correctness"] = ev.correctness.to_dict() if ev.correctness is not None else None
+    header["graph"] = [ev.graph[0], part(ev.graph[1])] if ev.graph is not None else None
+    header["class_graphs"] = {name: got if isinstance(got, str) else [got[0], part(got[1])]
+                              for name, got in ev.class_graphs.items()}
+    header["custom_op"] = [ev.custom_op_wire[0], part(ev.custom_op_wire[1])] \
+        if ev.custom_op_wire is not None else None
+    return json.loads(json.dumps(header)), b"".join(blobs)
+
+
+def _evidence_from_wire(problem: Problem, header: dict, blob: bytes) -> Evidence:
+    """:func:`_evidence_to_wire`'s data as the :class:`Evidence` it came from (in the child)."""
+    def part(where: list) -> bytes:
+        return blob[where[0]:where[0] + where[1]]
+
+    ev = Evidence(**{name: header[name] for name in (
+        "status", "message", "choice", "capture_error", "compiled", "breaks", "graph_count",
+        "recompiles", "classes_seed", "traceback")})
+    if header["correctness"] is not None:
+        ev.correctness = CheckOutcome.from_dict(header["correctness"])
+    if header["graph"] is not None:
+        ev.graph = (header["graph"][0], part(header["graph"][1]))
+    ev.class_graphs = {name: got if isinstance(got, str) else (got[0], part(got[1]))
+                       for name, got in header["class_graphs"].items()}
+    if ev.classes_seed is not None:
+        ev.classes = problem.input_classes(random.Random(ev.classes_seed))
+    if header["custom_op"] is not None and problem.custom_op is not None:
+        ev.custom_op_wire = (header["custom_op"][0], part(header["custom_op"][1]))
+        ev.custom_op = custom_ops.rebuild(problem.custom_op, *ev.custom_op_wire)
+        if ev.custom_op.op is not None:
+            ev.operators = {problem.custom_op.graph_name: ev.custom_op.op}
+    return ev
+
+
+def training_worker(request: dict, blob: bytes):
+    """(In a child of the judge's zygote, before its memory limit is set.) A training problem's
+    reference side, built as the judge built it (the instructor's code and the judge's own, no
+    learner code; Inductor's caches make the compiles quick; what only the speed check times is
+    left out where the job does not ask for it), and the evidence rebuilt from its data; returns
+    the checks to run under the limits."""
+    module = request.get("problem_module")
+    device = request["device"]
+    torch.set_num_threads(1)
+    problem = get_problem(request["problem"], module)
+    cells = [Cell.from_dict(c) for c in request.get("reference_cells") or []]
+    side = ReferenceSide.build(problem, cells or None, device, module,
+                               timed="speed" in request["wanted"])
+    ev = _evidence_from_wire(problem, request["evidence"], blob)
+    return lambda: _decided(Judge(), problem, side, ev, request["wanted"], device,
+                            request["job"])
 
 
 def _checks_from_child(value, wanted: list[str]) -> dict[str, CheckOutcome] | None:

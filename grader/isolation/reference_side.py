@@ -99,10 +99,13 @@ class ReferenceSide:
 
     @classmethod
     def build(cls, problem: Problem, reference_cells: list[Cell] | None, device: str,
-              problem_module: str | None, jobs: JobFigures | None = None) -> "ReferenceSide":
+              problem_module: str | None, jobs: JobFigures | None = None,
+              timed: bool | None = None) -> "ReferenceSide":
         """``jobs``: a planning question's figures as another judge of the run measured them
         (every submission of a run is then judged on the same figures); without them they are
-        measured here when first needed (:meth:`job_figures`)."""
+        measured here when first needed (:meth:`job_figures`). ``timed``: whether to compile
+        and warm up what the speed check times (default: where the problem has one; a child
+        that checks a job without it builds the rest only)."""
         started = time.monotonic()
         with torch.no_grad():
             base_model = problem.make_baseline(device)
@@ -112,7 +115,7 @@ class ReferenceSide:
             side = cls(problem, device, base_model, base_eager, base_timed, jobs=jobs)
             side.seconds = time.monotonic() - started
             return side
-        timed = "speed" in problem.checks
+        timed = "speed" in problem.checks if timed is None else timed
         with ti.quiet_torch_logs():
             if problem.baseline_compile is not None and timed:
                 base_timed = problem.graded_call(torch.compile(base_model,
