@@ -92,7 +92,7 @@ def _graded(judge: Judge, source: str, *, screen: bool = True, reference: str = 
     the reference from source/ (``reference="auto"``) sizes what the judge compiles and runs."""
     job = job_for(["ps5.q1"], [Cell("cell 7", source)], course_root=ROOT, screen=screen,
                   reference=reference, checks={"ps5.q1": list(checks)})
-    return judge.grade(job)["results"]["ps5.q1"]
+    return judge.grade(job).to_dict()["results"]["ps5.q1"]
 
 
 def test_ps5_grades_each_trap_of_a_training_step_in_the_judge(judge):

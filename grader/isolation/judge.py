@@ -309,9 +309,9 @@ class Judge:
         if _in_the_zygotes_child(problem, device):
             header, blob = _evidence_to_wire(ev)
             bounded = self.zygote.run(
-                {"problem": problem.key, "problem_module": job.get("problem_module"),
+                {"problem": problem.key, "problem_module": job.problem_module,
                  "device": device, "wanted": list(wanted), "job": _job_for_the_child(job),
-                 "reference_cells": (job.get("reference_cells") or {}).get(problem.key) or [],
+                 "reference_cells": [c.to_dict() for c in job.reference_cells.get(problem.key, ())],
                  "evidence": header}, blob, seconds=limit, memory_bytes=allowance)
         else:
             def work() -> dict:
@@ -945,7 +945,7 @@ def _in_the_zygotes_child(problem: Problem, device: str) -> bool:
 
 
 def _decided(judge: "Judge", problem: Problem, side: ReferenceSide, ev: Evidence,
-             wanted: list[str], device: str, job: dict) -> dict:
+             wanted: list[str], device: str, job: JudgeJob) -> dict:
     """:meth:`Judge._decide`, in a child, as the data it sends back."""
     laps = Phases()
     with ti.inductor_config_patch(compile_threads=1), \
@@ -955,9 +955,9 @@ def _decided(judge: "Judge", problem: Problem, side: ReferenceSide, ev: Evidence
             "phases": laps.seconds}
 
 
-def _job_for_the_child(job: dict) -> dict:
-    """What of the job :meth:`Judge._decide` reads (the learner's cells are not sent)."""
-    return {k: v for k, v in job.items() if k not in ("learner_cells", "reference_cells")}
+def _job_for_the_child(job: JudgeJob) -> dict:
+    """What of the job :meth:`Judge._decide` reads, as data (the cells are not sent)."""
+    return dataclasses.replace(job, learner_cells=(), reference_cells={}).to_dict()
 
 
 def _evidence_to_wire(ev: Evidence) -> tuple[dict, bytes]:
@@ -1022,7 +1022,7 @@ def training_worker(request: dict, blob: bytes):
                                timed="speed" in request["wanted"])
     ev = _evidence_from_wire(problem, request["evidence"], blob)
     return lambda: _decided(Judge(), problem, side, ev, request["wanted"], device,
-                            request["job"])
+                            JudgeJob.from_dict(request["job"]))
 
 
 def _checks_from_child(value, wanted: list[str]) -> dict[str, CheckOutcome] | None:
