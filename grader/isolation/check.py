@@ -30,8 +30,9 @@ import json
 import os
 from typing import Iterable
 
-from grader.problems import GRAPH_CHECKS, Problem, TestCell, get_problem, public_names, test_cells
-from grader.checks.results import CHECK_TITLES, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
+from grader.problems import Problem, TestCell, get_problem, public_names, test_cells
+from grader.checks.declared import BY_NAME
+from grader.checks.results import NEEDS_A_REFERENCE, PROCESS_FAILURES, CheckOutcome, ProblemResult, Status
 from grader.isolation.source import Cell, cells_defining, solution_cells
 from grader import _environment as environment
 from grader import _files as files
@@ -101,9 +102,11 @@ class Evaluation:
         return credit(self.verdict(name), max_points, inconclusive_credit)
 
     def title(self, name: str) -> str:
-        if name == "correctness" and self.problem.training:
-            return "loss and gradients match the original"
-        return CHECK_TITLES.get(name, name)
+        declared = {c.name: c for c in self.problem.parts}.get(name) or BY_NAME.get(name)
+        if declared is None:
+            return name
+        return declared.training_title if self.problem.training and declared.training_title \
+            else declared.title
 
     def line(self, name: str) -> str:
         verdict = self.verdict(name).upper()
@@ -276,7 +279,7 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
     for problem in problems:
         wanted = (checks or {}).get(problem.key, problem.checks)
         # The reference times the speed check and sizes the judge's budget for a learner's graph.
-        if reference == "auto" and set(wanted) & set(GRAPH_CHECKS):
+        if reference == "auto" and problem.needs(wanted) & set(NEEDS_A_REFERENCE):
             cells = reference_cells(problem, course_root)
             if cells:
                 refs[problem.key] = [c.to_dict() for c in cells]
