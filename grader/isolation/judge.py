@@ -433,7 +433,7 @@ class Judge:
             if Need.OUTPUTS in needs:
                 ev.correctness = self._correctness(subject, problem, sides[key], device,
                                                    ev.classes)
-                lap("correctness")
+                lap(CORRECTNESS.name)
             # The learner's graphs call the custom operator: its registration comes first.
             if problem.custom_op is not None and needs & {Need.CUSTOM_OP, Need.GRAPH}:
                 self._ask_custom_op(subject, problem, ev)

@@ -148,7 +148,7 @@ class Problem:
     make_baseline: Callable[[str], Any]
     make_inputs: Callable[[torch.Generator, str], tuple]
     solution_grade_id: str
-    checks: tuple = ("correctness", "fullgraph", "speed")
+    checks: tuple = declared.DEFAULT_CHECKS
     build: Callable[[Any, Any, str], Callable] | None = None
     baseline_compile: dict | None = None
     learner_compile: dict = dataclasses.field(default_factory=dict)

@@ -21,6 +21,8 @@ REGISTRY: tuple[Check, ...] = tuple(m.CHECK for m in (
 CHECKS: tuple[str, ...] = tuple(c.name for c in REGISTRY)
 CHECK_TITLES: dict[str, str] = {c.name: c.title for c in REGISTRY}
 BY_NAME: dict[str, Check] = {c.name: c for c in REGISTRY}
+# What a problem that names no checks asks for.
+DEFAULT_CHECKS: tuple[str, ...] = (correctness.CHECK.name, fullgraph.CHECK.name, speed.CHECK.name)
 
 
 def in_order(names, own: tuple[Check, ...] = ()) -> tuple[Check, ...]:
@@ -71,5 +73,5 @@ def problems_with(names, own: tuple[Check, ...], problem) -> list[str]:
     return why
 
 
-__all__ = ["REGISTRY", "CHECKS", "CHECK_TITLES", "BY_NAME", "Check", "Need", "in_order",
+__all__ = ["REGISTRY", "CHECKS", "CHECK_TITLES", "BY_NAME", "DEFAULT_CHECKS", "Check", "Need", "in_order",
            "needs_of", "with_requirements", "problems_with"]
