@@ -7,6 +7,7 @@ import importlib
 import os
 import pkgutil
 import shutil
+import sys
 import tempfile
 import textwrap
 import types
@@ -80,61 +81,26 @@ def test_a_problem_says_what_its_checks_need_and_refuses_what_it_cannot_decide()
 # ---------------------------------------------------------------------------------------------
 # A check a course adds itself: "no host sync" on the graph the judge rebuilt
 
-HOST_SYNC_CHECK = '''
-"""A course's own check: the graph the judge rebuilt reads no tensor's value back to the host."""
-from grader.checks.results import Check, CheckOutcome, Need
-
-SYNCS = ("aten._local_scalar_dense", "aten.item")
+DESIGN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                      "design.md")
 
 
-def decide(case):
-    graph = case.graph
-    if not graph.ok:
-        return CheckOutcome(False, "not checked: it is checked on the one graph your code "
-                                   "compiles to, and it " + graph.headline)
-    found = [str(node.target) for node in graph.module.graph_module.graph.nodes
-             if node.op == "call_function" and str(node.target).startswith(SYNCS)]
-    if found:
-        return CheckOutcome(False, f"your graph reads values back to the host: {found}")
-    return CheckOutcome(True, "no host sync in your graph", details={"syncs": 0})
+def design_example(heading: str) -> str:
+    """The first Python block of the section ``heading`` of docs/design.md: what the page shows
+    another course is what this test grades."""
+    text = open(DESIGN, encoding="utf-8").read()
+    section = text[text.index(f"\n## {heading}\n"):]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-NO_HOST_SYNC = Check("no_host_sync", "no host sync in the graph", {Need.GRAPH}, decide,
-                     requires=("correctness",))
-'''
+# Two more exercises from the page's one, for the learner's other answers in the same job.
+MORE_EXERCISES = """
+import dataclasses
 
-PROBLEM_SET = '''
-"""A course's own exercise, graded by the grader as it is."""
-import torch
-from torch import nn
-
-from grader.problems import Problem
-from {checks} import NO_HOST_SYNC
-
-__all__ = ["Original", "torch", "nn"]
-
-
-class Original(nn.Module):
-    def forward(self, x):
-        y = torch.sin(x)
-        return torch.cos(y / (y.abs().max().item() + 1.0))
-
-
-def make_inputs(gen, device):
-    return (torch.randn(32, 64, generator=gen).to(device),)
-
-
-def exercise(key, entry):
-    return Problem(key=key, title="no host sync", entry=entry,
-                   make_baseline=lambda device: Original().to(device).eval(),
-                   make_inputs=make_inputs, solution_grade_id=key.replace(".", "-"),
-                   checks=("correctness", "fullgraph", NO_HOST_SYNC),
-                   learner_compile={{"backend": "eager"}})
-
-
-PROBLEMS = {{k: exercise(k, e) for k, e in [("{name}.q1", "Fixed"), ("{name}.q2", "Synced"),
-                                            ("{name}.q3", "Wrong")]}}
-'''
+PROBLEMS.update({f"myexercises.q{i}": dataclasses.replace(
+    PROBLEMS["myexercises.q1"], key=f"myexercises.q{i}", entry=entry)
+    for i, entry in ((2, "Synced"), (3, "Wrong"))})
+"""
 
 LEARNER = """
 class Fixed(Original):
@@ -155,19 +121,29 @@ class Wrong(Original):
 
 @pytest.fixture
 def course_check(monkeypatch):
-    """The check and the problem set in modules of a temporary folder, outside the grader (not
-    under /tmp: the subject's sandbox has a private /tmp, and binds the problem set's folder)."""
+    """docs/design.md's check and problem set in modules of a temporary folder, outside the
+    grader (not under /tmp: the subject's sandbox has a private /tmp; it binds the problem set's
+    folder)."""
     folder = tempfile.mkdtemp(prefix="declared-check-",
                               dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
-    name = f"toysync{os.getpid()}"
-    with open(os.path.join(folder, f"{name}_checks.py"), "w") as f:
-        f.write(HOST_SYNC_CHECK)
-    with open(os.path.join(folder, f"{name}.py"), "w") as f:
-        f.write(PROBLEM_SET.format(checks=f"{name}_checks", name=name))
     os.chmod(folder, 0o755)   # mkdtemp's is 0700; the learner's process may run as another user
+    with open(os.path.join(folder, "host_sync.py"), "w") as f:
+        f.write(design_example("Adding a check"))
+    with open(os.path.join(folder, "myexercises.py"), "w") as f:
+        f.write(design_example("Adding a problem set") + MORE_EXERCISES)
     monkeypatch.syspath_prepend(folder)
-    yield name
+    yield "myexercises"
+    for name in ("myexercises", "host_sync"):
+        sys.modules.pop(name, None)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_pages_examples_are_short():
+    """The compass: another course grades its own exercise in 20 lines or so."""
+    for heading in ("Adding a check", "Adding a problem set"):
+        lines = [line for line in design_example(heading).splitlines()
+                 if line.strip() and not line.lstrip().startswith(("#", '"""'))]
+        assert len(lines) <= 20, (heading, len(lines))
 
 
 def test_a_check_declared_outside_the_grader_is_graded_by_the_real_judge(course_check, tmp_path):
@@ -175,7 +151,7 @@ def test_a_check_declared_outside_the_grader_is_graded_by_the_real_judge(course_
     from grader.isolation.source import Cell
     from grader.problems import get_problem
 
-    keys = [f"{course_check}.q{i}" for i in (1, 2, 3)]
+    keys = [f"myexercises.q{i}" for i in (1, 2, 3)]
     job = job_for(keys, [Cell("cell 5", textwrap.dedent(LEARNER))], reference="off",
                   problem_module=course_check, course_root=str(tmp_path), timeout_s=240)
     results = run_job(job)     # a judge process of its own, which starts the subject
@@ -198,7 +174,7 @@ def test_a_check_declared_outside_the_grader_is_graded_by_the_real_judge(course_
 def test_the_course_check_fails_a_graph_that_reads_a_value_back(course_check):
     """Its detector on a graph holding ``aten._local_scalar_dense`` (what ``.item()`` becomes
     where a graph keeps it): the check can fail on the graph itself, not only on a break."""
-    check = importlib.import_module(f"{course_check}_checks").NO_HOST_SYNC
+    check = importlib.import_module("host_sync").NO_HOST_SYNC
 
     def synced(x):
         return x * torch.ops.aten._local_scalar_dense.default(x.sum())
