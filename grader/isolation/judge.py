@@ -39,9 +39,14 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
 ``--once`` grades one (self-check). Results are plain dicts
 (:class:`grader.checks.results.ProblemResult`).
 
-Why this module is long (~800 lines): :class:`Judge` is the steps of one job in the order they
-run, and each helper below it is one check's decision; split further, a reader would follow one
-submission across several files to see what decided a point.
+Each check is decided by its declaration (:mod:`grader.checks.declared`, one module a check):
+the judge gathers the evidence the wanted checks declare they need and decides them in the
+declared order (:meth:`Judge._decide`); it names no check itself.
+
+Why this module is long (~1000 lines): :class:`Judge` is the steps of one job in the order they
+run, and the helpers below it gather and check the evidence (the graph above all); split
+further, a reader would follow one submission across several files to see what was asked of the
+subject and checked.
 """
 from __future__ import annotations
 
