@@ -73,5 +73,5 @@ def problems_with(names, own: tuple[Check, ...], problem) -> list[str]:
     return why
 
 
-__all__ = ["REGISTRY", "CHECKS", "CHECK_TITLES", "BY_NAME", "DEFAULT_CHECKS", "Check", "Need", "in_order",
-           "needs_of", "with_requirements", "problems_with"]
+__all__ = ["REGISTRY", "CHECKS", "CHECK_TITLES", "BY_NAME", "DEFAULT_CHECKS", "Check", "Need",
+           "in_order", "needs_of", "with_requirements", "problems_with"]
