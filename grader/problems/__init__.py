@@ -182,7 +182,8 @@ class Problem:
     def __post_init__(self) -> None:
         # A check the problem set declares itself comes in ``checks`` as its declaration: kept in
         # ``own_checks``, named in ``checks`` like the registry's.
-        own = {c.name: c for c in (*self.own_checks, *self.checks) if isinstance(c, Check)}
+        own = {c.name: c for c in (*self.own_checks, *self.checks)
+               if isinstance(c, Check) and declared.BY_NAME.get(c.name) is not c}
         self.own_checks = tuple(own.values())
         self.checks = tuple(c.name if isinstance(c, Check) else c for c in self.checks)
         why = declared.problems_with(self.checks, self.own_checks, self)
