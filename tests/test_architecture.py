@@ -4,7 +4,8 @@ import cycle between any two modules.
 common <- checks <- problems <- isolation <- cohort; course -> checks; every role may import
 common, which imports none; nothing imports the tools or the command line. Within a role too, modules import one way: the graph of every import between the
 package's modules (function-level imports included) has no cycle. Notebooks import each module by
-its path in its role; no alias of one sits at the top of the package.
+its path in its role; no alias of one sits at the top of the package. No check's name is spelled
+where checks are asked for, decided or scored: each is its declaration's (grader.checks.declared).
 """
 from __future__ import annotations
 
