@@ -4,7 +4,8 @@ import cycle between any two modules.
 common <- checks <- problems <- isolation <- cohort; course -> checks; every role may import
 common, which imports none; nothing imports the tools or the command line. Within a role too, modules import one way: the graph of every import between the
 package's modules (function-level imports included) has no cycle. Notebooks import each module by
-its path in its role; no alias of one sits at the top of the package.
+its path in its role; no alias of one sits at the top of the package. No check's name is spelled
+where checks are asked for, decided or scored: each is its declaration's (grader.checks.declared).
 """
 from __future__ import annotations
 
@@ -247,3 +248,45 @@ def test_a_long_module_says_at_its_top_why_it_is_one_module():
     assert long_ones, "the check sees no module at all"
     assert not unexplained, f"over {LONG_MODULE_LINES} lines with no reason in the docstring: " \
                             f"{unexplained}"
+
+
+# Where a check's name may not be spelled (issue 34): what decides, asks for evidence, or scores
+# reads the declarations (grader.checks.declared), so that adding a check touches none of these.
+NO_CHECK_NAMES = ("grader/isolation/judge.py", "grader/problems/__init__.py",
+                  "grader/cohort/scoring.py")
+# Words of the subject's protocol that happen to be check names: a request's operation
+# ({"op": "breaks"}) and the fields of its replies (report.get("breaks")).
+_REPLIES = ("header", "report", "reply")
+
+
+def _check_names_spelled(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """``(line, name)`` for each string constant of ``source`` that is a check's name, but a
+    request's operation or a reply's field."""
+    tree = ast.parse(source)
+    allowed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            allowed |= {id(v) for k, v in zip(node.keys, node.values)
+                        if isinstance(k, ast.Constant) and k.value == "op"}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "get" and isinstance(node.func.value, ast.Name) \
+                and node.func.value.id in _REPLIES and node.args:
+            allowed.add(id(node.args[0]))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in allowed]
+
+
+def test_no_check_name_is_spelled_outside_its_declaration():
+    from grader.checks.declared import CHECKS
+
+    root = os.path.dirname(PACKAGE)
+    found = [f"{path}:{line}: {name!r}" for path in NO_CHECK_NAMES
+             for line, name in _check_names_spelled(open(os.path.join(root, path)).read(),
+                                                    set(CHECKS))]
+    assert not found, ("a check's name is its declaration's (grader.checks.declared): read "
+                       "what it declares (problem.parts, problem.needs(...), Check.requires) "
+                       "instead:\n" + "\n".join(found))
+    # The rule sees a name where one is spelled, and lets the subject's protocol words be.
+    assert _check_names_spelled('if "speed" in wanted: pass', {"speed"}) == [(1, "speed")]
+    assert _check_names_spelled('subject.request({"op": "breaks"}); report.get("breaks")',
+                                {"breaks"}) == []

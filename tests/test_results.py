@@ -1,9 +1,10 @@
-"""grader.checks.results: one vocabulary for statuses and checks, used by every module that reads a
-result."""
+"""grader.checks.results: one vocabulary for statuses and the form of a check, used by every module
+that reads a result (the checks themselves: grader.checks.declared, tests/test_declared_checks.py)."""
 import json
 
 from grader.checks import results
-from grader.checks.results import CHECK_TITLES, CHECKS, PROCESS_FAILURES, DECIDED_STATUSES, Status
+from grader.checks.declared import CHECK_TITLES, CHECKS
+from grader.checks.results import PROCESS_FAILURES, DECIDED_STATUSES, Status
 
 
 def test_a_status_travels_in_json_as_its_value_and_compares_with_what_comes_back():
@@ -19,12 +20,11 @@ def test_a_status_travels_in_json_as_its_value_and_compares_with_what_comes_back
 
 
 def test_one_registry_gives_the_checks_their_order_and_titles_everywhere():
-    from grader import problems
-    from grader.isolation import cell_scores
+    from grader.checks import declared
 
-    assert CHECKS == tuple(c.name for c in results.REGISTRY)
-    assert problems.CHECKS is CHECKS and cell_scores.CHECK_TITLES is CHECK_TITLES
+    assert CHECKS == tuple(c.name for c in declared.REGISTRY)
     assert set(CHECK_TITLES) == set(CHECKS) and all(CHECK_TITLES.values())
+    assert not hasattr(results, "REGISTRY"), "one registry: grader.checks.declared"
 
 
 def test_a_problem_result_reads_and_writes_the_json_the_judge_sends():

@@ -1,5 +1,6 @@
-"""The vocabulary of a result, in one place: the statuses a problem's result can have, and the
-checks (name, title, order) that a problem can ask for.
+"""The vocabulary of a result, in one place: the statuses a problem's result can have, the
+evidence a check may need (:class:`Need`) and the form a check is declared in (:class:`Check`;
+the checks themselves are :mod:`grader.checks.declared`, one module each).
 
 A problem's result is a JSON dict (``{"status": ..., "checks": {name: {...}}}``) because it
 crosses a process boundary (the judge's, :mod:`grader.isolation.judge`, to the process that scores
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from typing import Any, Callable, Protocol
 
 
 class Status(str, enum.Enum):
@@ -37,41 +39,100 @@ DECIDED_STATUSES = (Status.OK, Status.LEARNER_ERROR, Status.REFUSED,
 PROCESS_FAILURES = (Status.TIMEOUT, Status.CRASHED, Status.REJECTED)
 
 
+class Need(str, enum.Enum):
+    """The evidence a check is decided on. The judge gathers, for each problem, what the checks
+    it decides need, and nothing else (:meth:`grader.isolation.judge.Judge.grade`)."""
+
+    # The learner's outputs on inputs the judge drew from fresh seeds (the subject runs the
+    # learner's code eagerly; the judge compares them with the original's while it runs).
+    OUTPUTS = "outputs"
+    # The graph of the learner's traced call, captured by the subject and rebuilt by the judge
+    # from data, then checked by the judge on every class of inputs and on the problem's calls as
+    # used (``case.graph``: a :class:`grader.isolation.judge.GraphCheck`).
+    GRAPH = "graph"
+    # The problem's calls as used: a fresh model compiled with fullgraph=True and called
+    # ``usage_calls`` times, how often it compiled and whether a call raised (``case.evidence
+    # .recompiles``).
+    COMPILE_COUNT = "compile count"
+    # The learner's custom operator, shipped as graphs and rebuilt around the problem's kernel.
+    CUSTOM_OP = "custom operator"
+    # A planning rule's answer for each job size the judge asked about.
+    RULE_ANSWERS = "rule answers"
+    # The judge's own timings of the learner's graph against the baseline and the reference
+    # (nothing of the learner's runs while it times).
+    TIMINGS = "timings"
+    # The judge's own measured cost of each way of running a planning question's job.
+    JOB_FIGURES = "job figures"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The needs for which the judge builds the problem's reference side with the instructor's
+# reference solution (it sizes the judge's budget for a learner's graph, and is timed).
+NEEDS_A_REFERENCE = (Need.GRAPH, Need.TIMINGS, Need.JOB_FIGURES)
+
+
+class Case(Protocol):
+    """What a check's ``decide`` is given: one problem's evidence, as the judge gathered and
+    checked it (:class:`grader.isolation.judge.Case` is the one there is). Only what the check
+    declared it needs is there; the rest is ``None`` or empty."""
+
+    problem: Any            # the grader.problems.Problem
+    device: str
+    evidence: Any           # what the subject sent, checked (grader.isolation.judge.Evidence)
+    graph: Any              # Need.GRAPH: the judge's verdict on the rebuilt graph, or None
+    side: Any               # the problem's reference side (baseline, reference, job figures)
+    outcomes: dict          # the checks decided so far, by name (the declared order)
+    budget_s: float         # the timing budget of this job
+
+    def compile_options(self, compiling: bool = False) -> dict: ...   # the learner's choice
+    def timed(self, module, options: dict): ...          # compiled as the speed check times it
+    def traced_inputs(self, seed: int) -> tuple: ...     # what the graph is captured on
+    def on_every_class(self, classes: dict, candidate, tolerance=None) -> list: ...
+    def class_lines(self, reports: list) -> str: ...
+    def learner_text(self, text: str) -> str: ...        # text from the subject, marked and cut
+    def breaks(self) -> list[dict]: ...                  # the breaks the subject reported
+    def graph_operators(self) -> tuple | None: ...
+    def pool(self) -> tuple[list, list]: ...             # timing inputs, the original's outputs
+
+
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """One kind of check a problem can ask for: its name in results and ``TEST_CELLS``, and
-    the title a learner reads."""
+    """One check, declared in one place (a module of :mod:`grader.checks.declared`, or a
+    problem set's own): the judge reads nothing else to decide it.
+
+    - ``name``: its name in results and ``TEST_CELLS``; ``title``: what a learner reads
+      (``training_title`` for a training problem, where it differs);
+    - ``needs``: the evidence it is decided on (:class:`Need`): the judge asks the subject for
+      it, and prepares it (the rebuilt graph), only where a wanted check needs it;
+    - ``decide(case)``: its outcome (:class:`CheckOutcome`), or ``None`` where it does not apply
+      to this problem (nothing reported);
+    - ``requires``: checks that gate this one: each is decided first, added to a job that wants
+      this one, and when one fails this one is not decided: it fails with that check's
+      ``gate_message``;
+    - ``after``: checks whose outcomes ``decide`` reads when they were decided (order only);
+    - ``allowed(problem)``: why a problem cannot ask for it ('' : it can);
+    - ``phase``: the name its decision is timed under in the job's phases ('' : none of its own).
+    """
 
     name: str
     title: str
+    needs: frozenset
+    decide: Callable[[Case], "CheckOutcome | None"]
+    requires: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    gate_message: str = ""
+    allowed: Callable[[Any], str] | None = None
+    phase: str = ""
+    training_title: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "needs", frozenset(Need(n) for n in self.needs))
 
-# The registry, in the order the judge decides them: speed last, because it is only measured
-# for correct outputs. "rule" and "job" are a planning question's (grader.problems.JobPlan).
-REGISTRY: tuple[Check, ...] = (
-    Check("correctness", "outputs match the original"),
-    Check("fullgraph", "compiles with fullgraph=True"),
-    Check("breaks", "no graph breaks"),
-    Check("recompiles", "no recompiles"),
-    # The judge's own Inductor compile of the learner's graph against the original's eager
-    # outputs: what torch.compile makes of the code, where "correctness" checks the code run
-    # eagerly (ps7: code whose compiled result differs from its eager one).
-    Check("compiled", "compiled with Inductor, matches eager"),
-    Check("fusion", "kernel count"),
-    # A custom operator the learner registered (ps8), rebuilt by the judge around the problem's
-    # own kernel: its fake against the real output on every shape, its autograd formula against
-    # the library's gradient, and the model's graph calling it (grader.checks.custom_ops).
-    Check("custom_op", "the custom operator: fake and autograd agree with the library"),
-    # ATen operators in the learner's captured graph, against the problem's bound: a Python loop
-    # over rows that compiles once (padded to a fixed count) still puts a copy of its body in
-    # the graph for every row (ps3 q2).
-    Check("operators", "operators in the graph (one batched computation, no per-row copies)"),
-    Check("speed", "speedup target"),
-    Check("rule", "the rule answers one of the modes for every job size"),
-    Check("job", "the rule's choices on hidden jobs (compile + calls)"),
-)
-CHECKS: tuple[str, ...] = tuple(c.name for c in REGISTRY)
-CHECK_TITLES: dict[str, str] = {c.name: c.title for c in REGISTRY}
+    def gated(self) -> "CheckOutcome":
+        """The outcome of a check this one gates, when this one failed."""
+        return CheckOutcome(False, self.gate_message, "fail", {"gated_by": self.name})
 
 
 @dataclasses.dataclass

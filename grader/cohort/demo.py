@@ -71,11 +71,14 @@ def _solution_ids(nb) -> list[str]:
             if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
 
 
-# gus_loop's first solution: the reference, its entry's __init__ made to never return. The loop
+# gus_loop's first solution: the reference, its entry's __init__ made to never return (a
+# planning question's rule is never built: its static method is what never returns). The loop
 # is in code the subject runs, not at the top of the cell, which the screen would refuse before
 # anything ran: so the demo shows what an endless loop costs (the subject's deadline).
 ENDLESS = ("\n\nclass {entry}({entry}):\n    def __init__(self, *args, **kwargs):\n"
            "        while True:\n            pass\n")
+ENDLESS_RULE = ("\n\nclass {entry}({entry}):\n    @staticmethod\n    def {method}(*args, **kwargs):\n"
+                "        while True:\n            pass\n")
 
 
 def _endless(assignment: str, grade_id: str, source: str) -> str:
@@ -84,9 +87,11 @@ def _endless(assignment: str, grade_id: str, source: str) -> str:
     from grader.cohort.scoring import groups_of
     from grader.problems import get_problem
 
-    entries = sorted({get_problem(k).entry for keys in groups_of(assignment) for k in keys
-                      if get_problem(k).solution_grade_id == grade_id})
-    return source + "".join(ENDLESS.format(entry=entry) for entry in entries)
+    problems = {get_problem(k).entry: get_problem(k) for keys in groups_of(assignment)
+                for k in keys if get_problem(k).solution_grade_id == grade_id}
+    return source + "".join(
+        ENDLESS_RULE.format(entry=entry, method=problem.plan.method) if problem.plan is not None
+        else ENDLESS.format(entry=entry) for entry, problem in sorted(problems.items()))
 
 
 def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, str] | None = None):

@@ -24,9 +24,9 @@ import time
 from typing import Callable
 
 from grader.checks.jobs import JobFigures
-from grader.checks.results import ProblemResult, Status
+from grader.checks.results import NEEDS_A_REFERENCE, ProblemResult, Status
 from grader.isolation.cell_scores import CellScore, Evaluation, score_cell
-from grader.problems import GRAPH_CHECKS, get_problem, public_names, test_cells
+from grader.problems import get_problem, public_names, test_cells
 from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solution_cells
 
 
@@ -141,7 +141,7 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     from grader.isolation import jobs
 
     keys = [k for k in problems_of(assignment)
-            if set(get_problem(k).checks) & {*GRAPH_CHECKS, "job"}]
+            if get_problem(k).needs() & set(NEEDS_A_REFERENCE)]
     if not keys:
         return BuiltReferences()
     job = jobs.build_references_job(keys, course, device=device, measured_jobs=measured_jobs)

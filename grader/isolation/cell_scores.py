@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from grader.checks.results import CHECK_TITLES, CheckOutcome, ProblemResult, Status
+from grader.checks.declared import BY_NAME
+from grader.checks.results import CheckOutcome, ProblemResult, Status
 from grader.problems import Problem, TestCell, test_cells
 
 
@@ -76,9 +77,11 @@ class Evaluation:
         return credit(self.verdict(name), max_points, inconclusive_credit)
 
     def title(self, name: str) -> str:
-        if name == "correctness" and self.problem.training:
-            return "loss and gradients match the original"
-        return CHECK_TITLES.get(name, name)
+        declared = {c.name: c for c in self.problem.parts}.get(name) or BY_NAME.get(name)
+        if declared is None:
+            return name
+        return declared.training_title if self.problem.training and declared.training_title \
+            else declared.title
 
     def line(self, name: str) -> str:
         verdict = self.verdict(name).upper()

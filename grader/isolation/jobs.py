@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from grader.checks.results import ProblemResult, Status
+from grader.checks.results import NEEDS_A_REFERENCE, ProblemResult, Status
 from grader.isolation.judge_job import BUILD_REFERENCES, GRADE, JudgeJob, JudgeReply
 from grader.isolation.reference_cells import reference_cells
 from grader.isolation.source import Cell
 from grader.isolation.subject_session import DEFAULT_MEMORY_BYTES
-from grader.problems import GRAPH_CHECKS, Problem, get_problem
+from grader.problems import Problem, get_problem
 
 
 def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
@@ -37,7 +37,7 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
     for problem in problems:
         wanted = (checks or {}).get(problem.key, problem.checks)
         # The reference times the speed check and sizes the judge's budget for a learner's graph.
-        if reference == "auto" and set(wanted) & set(GRAPH_CHECKS):
+        if reference == "auto" and problem.needs(wanted) & set(NEEDS_A_REFERENCE):
             cells = reference_cells(problem, course_root)
             if cells:
                 refs[problem.key] = tuple(cells)

@@ -43,14 +43,18 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
 (:class:`grader.isolation.judge_job.JudgeJob`: a malformed one is refused, a grader error); the
 reply is a :class:`grader.isolation.judge_job.JudgeReply`.
 
-Why this module is long (~800 lines): :class:`Judge` is the steps of one job in the order they
-run, and each helper below it is one check's decision; split further, a reader would follow one
-submission across several files to see what decided a point.
+Each check is decided by its declaration (:mod:`grader.checks.declared`, one module a check):
+the judge gathers the evidence the wanted checks declare they need and decides them in the
+declared order (:meth:`Judge._decide`); it names no check itself.
+
+Why this module is long (~1000 lines): :class:`Judge` is the steps of one job in the order they
+run, and the helpers below it gather and check the evidence (the graph above all); split
+further, a reader would follow one submission across several files to see what was asked of the
+subject and checked.
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -67,9 +71,10 @@ import traceback
 import torch
 
 from grader.checks import _torch_internals as ti
-from grader.checks import correctness, custom_ops, fusion, graph_artifact, targets
+from grader.checks import correctness, custom_ops, declared, graph_artifact, targets
+from grader.checks.declared.correctness import CHECK as CORRECTNESS
 from grader.common.phases import Phases
-from grader.checks.results import CheckOutcome, ProblemResult, Status
+from grader.checks.results import CheckOutcome, Need, ProblemResult, Status
 from grader.common.wire import Packer, ProtocolError, decode
 from grader.isolation import channel, graph_child, sandbox, static_check
 from grader.checks.jobs import JobFigures
@@ -80,8 +85,6 @@ from grader.isolation.subject_session import (GraderFailed, LearnerRaised, Subje
                                               SubjectSession, learner_text)
 from grader.problems import NO_COMPILE, Problem, get_problem, public_names, seeded_generator
 
-CHECKS_NEEDING_A_GRAPH = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed",
-                          "custom_op")
 # What the learner reads when the grader itself failed (the traceback goes to the instructor).
 GRADER_FAILED = ("the grader itself failed while checking this problem ({what}): this is not a "
                  "verdict on your code; it is flagged for your instructor, who will grade it "
@@ -91,6 +94,9 @@ GRADER_FAILED = ("the grader itself failed while checking this problem ({what}):
 # ---------------------------------------------------------------------------------------------
 # What the subject said about one problem
 
+NOT_DATA = {"travels": "in its own form"}   # dataclass field metadata (Evidence)
+
+
 @dataclasses.dataclass
 class Evidence:
     """Everything the subject sent about one problem (data, checked before anything is used)."""
@@ -98,25 +104,35 @@ class Evidence:
     status: str = "ok"
     message: str = ""
     choice: dict = dataclasses.field(default_factory=dict)
-    correctness: CheckOutcome | None = None
-    graph: tuple | None = None              # (header, blob) of the captured graph
+    # Fields marked NOT_DATA are sent to a child of the zygote in their own form, or made again
+    # there from others (_evidence_to_wire); every other field travels as it is.
+    correctness: CheckOutcome | None = dataclasses.field(default=None, metadata=NOT_DATA)
+    graph: tuple | None = dataclasses.field(default=None, metadata=NOT_DATA)  # (header, blob)
     capture_error: str = ""
     compiled: bool = False                  # the subject says Dynamo took it (feedback only)
     breaks: list = dataclasses.field(default_factory=list)
     graph_count: int | None = None
     recompiles: dict | None = None
     plan: dict | None = None                # a planning question: {"sizes", "modes", "hidden"}
-    classes: dict = dataclasses.field(default_factory=dict)  # every input class: name -> inputs
-    class_graphs: dict = dataclasses.field(default_factory=dict)  # name -> graph or why not
+    classes: dict = dataclasses.field(default_factory=dict,  # every input class: name -> inputs
+                                      metadata=NOT_DATA)
+    class_graphs: dict = dataclasses.field(default_factory=dict,  # name -> graph or why not
+                                           metadata=NOT_DATA)
     traceback: str = ""                     # the grader's own failure, for the instructor
     # A problem's custom operator (ps8), rebuilt by the judge from the learner's registration
     # data around the problem's own kernel, and the graph name the learner's graphs call it by.
-    custom_op: custom_ops.Rebuilt | None = None
-    operators: dict = dataclasses.field(default_factory=dict)
+    custom_op: custom_ops.Rebuilt | None = dataclasses.field(default=None, metadata=NOT_DATA)
+    operators: dict = dataclasses.field(default_factory=dict, metadata=NOT_DATA)
     # What the classes and the custom operator were made from, so that a child of the judge's
     # zygote can make them again (a training problem's checks: _evidence_to_wire).
     classes_seed: int | None = None
-    custom_op_wire: tuple | None = None     # (reply, blob) of the learner's registration
+    custom_op_wire: tuple | None = dataclasses.field(  # (reply, blob) of the registration
+        default=None, metadata=NOT_DATA)
+
+
+def _plain_evidence_fields() -> tuple[str, ...]:
+    """The :class:`Evidence` fields that travel to a zygote's child as they are (JSON)."""
+    return tuple(f.name for f in dataclasses.fields(Evidence) if f.metadata != NOT_DATA)
 
 
 @dataclasses.dataclass
@@ -136,6 +152,65 @@ class GraphCheck:
         """The verdict's first line without its subject ("does not compile with ...")."""
         first = self.message.splitlines()[0] if self.message else ""
         return first.replace("the graph your code compiles to ", "compiles to a graph that ", 1)
+
+
+@dataclasses.dataclass
+class Case:
+    """One problem as a declared check's ``decide`` reads it (the protocol is
+    :class:`grader.checks.results.Case`): the subject's evidence, the judge's verdict on the
+    rebuilt graph (where a wanted check needs it), the reference side, and the outcomes decided
+    so far."""
+
+    problem: Problem
+    side: ReferenceSide
+    evidence: Evidence
+    device: str
+    budget_s: float
+    graph: GraphCheck | None = None
+    outcomes: dict = dataclasses.field(default_factory=dict)
+
+    def compile_options(self, compiling: bool = False) -> dict:
+        """The problem's compile options with the learner's choice; ``compiling``: without a mode
+        that means not compiling (the check compiles all the same)."""
+        options = {**self.problem.learner_compile, **self.evidence.choice}
+        if compiling and options.get("mode") == NO_COMPILE:
+            options = {k: v for k, v in options.items() if k != "mode"}
+        return options
+
+    def timed(self, module, options: dict):
+        """``module`` as a timed measurement calls it (:func:`timed_version`)."""
+        return timed_version(module, self.problem, options)
+
+    def traced_inputs(self, seed: int) -> tuple:
+        return traced_inputs(self.problem, self.device, seed)
+
+    def on_every_class(self, classes: dict, candidate, tolerance=None) -> list:
+        """``candidate`` against the original run eagerly, on fresh inputs of each class."""
+        return _on_every_class(classes, candidate, self.side.base_eager, self.problem,
+                               self.device, tolerance=tolerance)
+
+    @staticmethod
+    def class_lines(reports: list) -> str:
+        return _class_lines(reports)
+
+    @staticmethod
+    def learner_text(text: str) -> str:
+        return learner_text(text)
+
+    def breaks(self) -> list[dict]:
+        """The graph breaks the subject reported (its words: feedback only)."""
+        return _breaks(self.evidence)
+
+    def graph_operators(self) -> tuple | None:
+        return _graph_operators(self.graph, self.evidence, self.problem)
+
+    def pool(self) -> tuple[list, list]:
+        """Inputs from fresh seeds for timing, and the original's eager outputs on them."""
+        seeds = correctness.fresh_seeds(self.problem.pool_size)
+        pool = [self.problem.make_inputs(seeded_generator(s), self.device) for s in seeds]
+        with ti.quiet_torch_logs():
+            expected = [self.side.base_eager(*args) for args in pool]
+        return pool, expected
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +281,7 @@ class Judge:
         sides = {k: self.side(p, refs.get(k), device, module, job.measured_jobs)
                  for k, p in problems.items()}
         for k, p in problems.items():   # measured before any learner code runs, if not given
-            if p.plan is not None and "job" in wanted[k]:
+            if p.plan is not None and Need.JOB_FIGURES in p.needs(wanted[k]):
                 sides[k].job_figures()
         lap("reference side")
 
@@ -284,9 +359,9 @@ class Judge:
                 result.checks = {name: CheckOutcome(False, (
                     f"not credited: the grader stopped checking the graph your code compiles to "
                     f"after {limit:.0f} s, several times what this problem's reference needs"),
-                    "fail") for name in wanted[key] if name != "correctness"}
+                    "fail") for name in wanted[key] if name != CORRECTNESS.name}
                 if ev.correctness is not None:
-                    result.checks = {"correctness": ev.correctness, **result.checks}
+                    result.checks = {CORRECTNESS.name: ev.correctness, **result.checks}
             except Exception as exc:  # the grader's own failure: reported, never a lost grade
                 _stop(result, Status.GRADER_ERROR,
                       GRADER_FAILED.format(what=f"{type(exc).__name__} in the judge"))
@@ -310,7 +385,7 @@ class Judge:
             header, blob = _evidence_to_wire(ev)
             bounded = self.zygote.run(
                 {"problem": problem.key, "problem_module": job.problem_module,
-                 "device": device, "wanted": list(wanted), "job": _job_for_the_child(job),
+                 "device": device, "wanted": list(wanted), "judge_job": _job_for_the_child(job),
                  "reference_cells": [c.to_dict() for c in job.reference_cells.get(problem.key, ())],
                  "evidence": header}, blob, seconds=limit, memory_bytes=allowance)
         else:
@@ -342,9 +417,9 @@ class Judge:
                    f"{allowance / 2 ** 30:.1f} GiB of memory this problem allows them "
                    f"({bounded.why})")
             result.checks = {name: CheckOutcome(False, f"not credited: {why}", "fail")
-                             for name in wanted if name != "correctness"}
+                             for name in wanted if name != CORRECTNESS.name}
             if ev.correctness is not None:
-                result.checks = {"correctness": ev.correctness, **result.checks}
+                result.checks = {CORRECTNESS.name: ev.correctness, **result.checks}
             return
         _stop(result, Status.GRADER_ERROR, GRADER_FAILED.format(
             what="in the judge's child process that checks your graph: " + (
@@ -371,6 +446,8 @@ class Judge:
             raise SubjectGone(Status.REJECTED, "the process that ran your code answered nonsense")
         lap("learner cells")
         for key, problem in problems.items():
+            # Only the evidence the wanted checks are decided on is asked for.
+            needs = problem.needs(wanted[key])
             ev, info = evidence[key], loaded.get(key)
             if not isinstance(info, dict) or info.get("status") != "ok":
                 ev.status = "learner_error"
@@ -384,23 +461,26 @@ class Judge:
                 continue
             if problem.plan is not None:
                 self._ask_plan(subject, problem, sides[key], device, ev,
-                               "job" in wanted[key])
+                               Need.JOB_FIGURES in needs)
                 lap("plan")
                 continue
             # Every class of inputs the problem tests, shapes drawn for this job only.
             ev.classes_seed = correctness.fresh_seeds(1)[0]
             ev.classes = problem.input_classes(random.Random(ev.classes_seed))
-            if "correctness" in wanted[key]:
+            if Need.OUTPUTS in needs:
                 ev.correctness = self._correctness(subject, problem, sides[key], device,
                                                    ev.classes)
-                lap("correctness")
-            if problem.custom_op is not None:
+                lap(CORRECTNESS.name)
+            # The learner's graphs call the custom operator: its registration comes first.
+            if problem.custom_op is not None and needs & {Need.CUSTOM_OP, Need.GRAPH}:
                 self._ask_custom_op(subject, problem, ev)
                 lap("custom operator")
-            if any(c in wanted[key] for c in CHECKS_NEEDING_A_GRAPH):
+            if Need.GRAPH in needs:
                 with graph_artifact.extra_operators(ev.operators):
                     self._ask_graphs(subject, problem, sides[key], ev, device)
                 lap("capture")
+            # The graph's own check reads the calls as used (one graph on every call).
+            if needs & {Need.GRAPH, Need.COMPILE_COUNT}:
                 self._ask_usage(subject, problem, ev, device)
                 lap("calls as used")
 
@@ -611,161 +691,45 @@ class Judge:
 
     def _decide(self, problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
                 device: str, job: JudgeJob, lap) -> dict[str, CheckOutcome]:
-        out: dict[str, CheckOutcome] = {}
-        if problem.plan is not None:
-            if "rule" in wanted:
-                out["rule"] = self._rule(problem, ev)
-            if "job" in wanted:
-                out["job"] = self._jobs(problem, side, ev)
-            return out
-        correct = ev.correctness.ok if ev.correctness is not None else True
+        """Decide the wanted checks, each by its declaration (:mod:`grader.checks.declared`), in
+        the declared order: a check whose requirement failed is not decided (it fails with the
+        requirement's reason); the rebuilt graph is checked once, when the first check that
+        needs it comes."""
+        case = Case(problem, side, ev, device,
+                    budget_s=float(job.budget_s or problem.budget_s))
+        graph_checked = False
+        for check in problem.parts:
+            if check.name not in wanted:
+                continue
+            failed = next((c for c in problem.parts if c.name in check.requires
+                           and c.name in case.outcomes and not case.outcomes[c.name].ok), None)
+            if failed is not None:
+                # The gate (docs/design.md, "A score means learned it"): nothing is credited,
+                # or measured, past a requirement that failed.
+                case.outcomes[check.name] = failed.gated()
+                continue
+            if Need.GRAPH in check.needs and not graph_checked:
+                case.graph, graph_checked = self._checked_graph(problem, side, ev, device), True
+                lap("graph checks")
+            outcome = check.decide(case)
+            if outcome is not None:
+                case.outcomes[check.name] = outcome
+            if check.phase:
+                lap(check.phase)
+        return case.outcomes
 
-        def compiled_check() -> CheckOutcome:
-            """The judge's own Inductor compile of the learner's graph (as the speed check
-            compiles it), run on inputs from fresh seeds, against the original's eager outputs
-            within the problem's stated tolerance: what torch.compile makes of the code."""
-            if graph is None or not graph.ok:
-                return CheckOutcome(False, "not checked: it is checked on the one graph your code "
-                                           "compiles to, and it " + (graph.headline if graph
-                                                                    else "was not captured"))
-            options = {**problem.learner_compile, **ev.choice}
-            if options.get("mode") == NO_COMPILE:
-                options = {k: v for k, v in options.items() if k != "mode"}
-            reports = []
-            with ti.quiet_torch_logs():
-                for name, module in graph.by_class.items():
-                    compiled = timed_version(module, problem, options)
-                    [(_, rep)] = _on_every_class({name: ev.classes[name]}, compiled,
-                                                 side.base_eager, problem, device,
-                                                 tolerance=problem.tolerance)
-                    reports.append((name, rep))
-            checked = sum(rep.checked for _, rep in reports)
-            rtol, atol = problem.tolerance or ("the dtype's", "the dtype's")
-            how = (f"the grader compiled your graph with Inductor (torch.compile, "
-                   f"mode={options.get('mode', 'default')!r}) and compared its outputs on "
-                   f"{checked} fresh inputs with the original's eager outputs (rtol={rtol}, "
-                   f"atol={atol})")
-            if all(rep.ok for _, rep in reports):
-                return CheckOutcome(True, how + ": they match.", details={"checked": checked})
-            text = _class_lines(reports).replace(
-                "outputs do not match the reference:",
-                "the compiled outputs do not match the original's eager ones:")
-            return CheckOutcome(False, f"{how}.\n{text}\n(your code run eagerly is what the "
-                                       f"correctness check compares; this check compares what "
-                                       f"torch.compile makes of it)",
-                                details={"checked": checked})
-
-        if ev.correctness is not None:
-            out["correctness"] = ev.correctness
-            if not ev.correctness.ok:
-                # The gate (docs/design.md, "A score means learned it"): nothing else is
-                # credited, or measured, for code whose outputs are wrong on any class of inputs.
-                for name in wanted:
-                    if name != "correctness":
-                        out[name] = CheckOutcome(False, NOT_CORRECT, "fail",
-                                                 {"gated_by": "correctness"})
-                return out
-        graph = self._check_graph(problem, side, ev, device) \
-            if any(c in wanted for c in CHECKS_NEEDING_A_GRAPH + ("compiled",)) else None
-        if graph is not None and graph.ok:
+    def _checked_graph(self, problem: Problem, side: ReferenceSide, ev: Evidence,
+                       device: str) -> GraphCheck:
+        """The judge's verdict on the learner's rebuilt graph (:meth:`_check_graph`), failed
+        where it is one graph but not the problem set's lesson: no structural point either."""
+        graph = self._check_graph(problem, side, ev, device)
+        if graph.ok:
             lesson = _work_check(problem, side, graph) or _op_lesson(problem, graph, ev)
-            if lesson:  # one graph, but not the set's lesson: no structural point either
+            if lesson:
                 graph = dataclasses.replace(graph, ok=False, message=(
                     f"compiles to one graph, but not one that does what this problem teaches: "
                     f"{lesson}"))
-        lap("graph checks")
-        if "fullgraph" in wanted:
-            out["fullgraph"] = CheckOutcome(graph.ok, graph.message, details={
-                "breaks": [] if graph.ok else _breaks(ev)})
-        if "breaks" in wanted:
-            out["breaks"] = CheckOutcome(graph.ok, graph.message if graph.ok else
-                                         _breaks_message(ev, graph), details={
-                "graph_count": 1 if graph.ok else ev.graph_count, "breaks": [] if graph.ok
-                else _breaks(ev)})
-        if "recompiles" in wanted and problem.recompile_inputs is not None:
-            out["recompiles"] = _recompiles(problem, graph, ev)
-        if "compiled" in wanted:
-            out["compiled"] = compiled_check()
-            lap("check compiled")
-        if "custom_op" in wanted:
-            out["custom_op"] = custom_ops.check(
-                problem.custom_op, ev.custom_op,
-                problem.custom_op.shapes(random.Random(correctness.fresh_seeds(1)[0])),
-                _graph_operators(graph, ev, problem), correctness.fresh_seeds(1)[0])
-            lap("check custom operator")
-        if "operators" in wanted:
-            out["operators"] = _operator_check(problem, graph)
-        if "fusion" in wanted:
-            out["fusion"] = self._fusion(problem, graph, ev, device)
-            lap("check fusion")
-        recompiling = "recompiles" in out and not out["recompiles"].ok and graph is not None \
-            and graph.ok
-        if "speed" in wanted and recompiling:
-            # Speed is credited to one graph that serves every call: a model that compiles again
-            # and again is as slow as its compiles, whatever its graph's speed. Say which part of
-            # the recompile check failed, not a guess.
-            why = out["recompiles"].message.splitlines()
-            out["speed"] = CheckOutcome(False, "not timed: speed is credited to one graph that "
-                                               "serves every call the problem makes, and the "
-                                               "recompile check found that yours does not:\n"
-                                               + "\n".join(why[-3:]), "fail")
-        elif "speed" in wanted:
-            out["speed"] = self._speed(problem, side, graph, ev, correct, device, job)
-            lap("check speed")
-        return out
-
-    def _fusion(self, problem: Problem, graph: GraphCheck, ev: Evidence,
-                device: str) -> CheckOutcome:
-        if not graph.ok:
-            return CheckOutcome(False, f"kernels not counted: they are counted on the one graph "
-                                       f"your code compiles to, and it {graph.headline}")
-        options = {k: v for k, v in {**problem.learner_compile, **ev.choice}.items()
-                   if k in ("mode", "dynamic")}
-        rep = fusion.fusion_report(problem.traced_call(graph.module),
-                                   *traced_inputs(problem, device, 0), **options)
-        limit = problem.max_kernels
-        ok = limit is None or rep.total <= limit
-        return CheckOutcome(ok, f"{rep} (allowed: at most {limit} in all; counted in the grader's "
-                                f"own compile of your graph)",
-                            details={"kernels": rep.total, "generated": rep.kernels,
-                                     "library": rep.library, "max_kernels": limit})
-
-    def _pool(self, problem: Problem, side: ReferenceSide, device: str):
-        seeds = correctness.fresh_seeds(problem.pool_size)
-        pool = [problem.make_inputs(seeded_generator(s), device) for s in seeds]
-        with ti.quiet_torch_logs():
-            expected = [side.base_eager(*args) for args in pool]
-        return pool, expected
-
-    def _speed(self, problem: Problem, side: ReferenceSide, graph: GraphCheck, ev: Evidence,
-               correct: bool, device: str, job: JudgeJob) -> CheckOutcome:
-        if not correct:
-            return CheckOutcome(False, "speed not measured: the outputs are wrong", "fail")
-        if not graph.ok:
-            return CheckOutcome(False, f"not timed: speed is measured on the one graph your code "
-                                       f"compiles to, and it {graph.headline}", "fail")
-        options = {**problem.learner_compile, **ev.choice}
-        pool, expected = self._pool(problem, side, device)
-        target = problem.target if side.reference is not None else targets.self_check_target(problem)
-        with ti.quiet_torch_logs():
-            learner = timed_version(graph.module, problem, options)
-            verdict = targets.judge_speed(learner, side.base_timed, pool, reference=side.reference,
-                                          target=target, device=device,
-                                          budget_s=float(job.budget_s or problem.budget_s))
-        details = verdict.to_dict()
-        details["with_reference"] = side.reference is not None
-        text = str(verdict)
-        if problem.reference_eager_baseline and side.reference is not None:
-            text += ("\n  (the baseline is the reference solution's own model run eagerly: the "
-                     "speedup credited is what compiling gains, not a better algorithm)")
-        outcome = CheckOutcome(verdict.passed, text, verdict.verdict, details)
-        for index, output in verdict.comparison.last_outputs.get("learner", []):
-            why = correctness.compare_output(output, expected[index], "a timed run's output")
-            if why is not None:
-                outcome.ok, outcome.verdict = False, "fail"
-                outcome.message = f"{why}; speed is only credited for correct outputs"
-                break
-        return outcome
+        return graph
 
     # -- a planning question (grader.problems.JobPlan) ----------------------------------------
     @staticmethod
@@ -806,72 +770,6 @@ class Judge:
         ev.plan = {"device": kind, "examples": {n: answers[n] for n in plan.examples},
                    "answers": sorted(answers.items()),
                    "hidden": [(part, n, answers[n]) for part, n in hidden]}
-
-    @staticmethod
-    def _rule(problem: Problem, ev: Evidence) -> CheckOutcome:
-        shown = ", ".join(f"{n:,} calls -> {m!r}" for n, m in ev.plan["examples"].items())
-        return CheckOutcome(True, f"{problem.entry}.{problem.plan.method} answered one of "
-                                  f"{problem.plan.modes} for every job size it was asked about "
-                                  f"on {ev.plan['device']!r} ({len(ev.plan['answers'])} sizes; "
-                                  f"the examples: {shown})\nwhat it answers: "
-                                  f"{_answers_by_size(ev.plan['answers'])}")
-
-    @staticmethod
-    def _jobs(problem: Problem, side: ReferenceSide, ev: Evidence) -> CheckOutcome:
-        """The rule's choice for each hidden job, judged on the modelled totals from the
-        figures this run's judge measured (nothing the subject said but the mode strings), on
-        their own and on each round's: one share of the credit per pair of jobs (one below the
-        break-even, one above it) that are both right."""
-        plan, figures = problem.plan, side.job_figures()
-        break_even = figures.break_even
-        head = [f"measured by the grader on this machine ({ev.plan['device']}), once per "
-                f"grading run: each way of running the given model, its cold first call "
-                f"(compile included) and its time per call; {figures.how()}", *figures.table()]
-        if break_even is None:
-            head.append(f"  no compile mode is faster per call than eager here: every job is "
-                        f"run best without compiling (job sizes drawn across "
-                        f"{plan.fallback[0]:,}..{plan.fallback[1]:,})")
-        else:
-            head.append(f"  break-even: {figures.summary()}")
-        head.append(f"  a choice is right when its job total (first call + calls x time per "
-                    f"call) is at least {plan.fraction:.0%} of the best choice's, on these "
-                    f"figures and on each round's own; a job whose verdict changes from one "
-                    f"round's figures to another's is undecided (held for review), not wrong")
-        sets = figures.figure_sets()
-        judged = {"short": [], "long": []}
-        jobs = []
-        for part, calls, choice in ev.plan["hidden"]:
-            verdict, best, ratio, totals = targets.judge_plan_choice(sets, calls, choice,
-                                                                     plan.fraction)
-            where = f" ({calls / break_even:.2g}x the break-even)" if break_even else ""
-            word = {"pass": "RIGHT", "fail": "WRONG"}.get(verdict, "UNDECIDED")
-            line = (f"    job of {calls:,} calls{where}: your rule chose {choice!r} "
-                    f"({totals[choice]:.2f} s) -> {word}")
-            if verdict != "pass":
-                line += f": {_job_direction(figures.eager, choice, best, totals, verdict)}"
-            judged[part].append((verdict, line))
-            jobs.append({"part": part, "calls": calls, "choice": choice, "best": best,
-                         "verdict": verdict, "ratio": ratio, "totals_s": totals})
-        lines, pair_verdicts = [], []
-        for i, (low, high) in enumerate(zip(judged["short"], judged["long"]), start=1):
-            verdict = _overall_verdict([low[0], high[0]])
-            pair_verdicts.append(verdict)
-            lines += [f"  pair {i}: {verdict.upper() if verdict != 'inconclusive' else 'UNDECIDED'}",
-                      low[1], high[1]]
-        right = pair_verdicts.count("pass")
-        verdict = _overall_verdict(pair_verdicts)
-        said = (f"pairs right: {right} of {len(pair_verdicts)} (one share per pair: a job below "
-                f"the break-even and one above it, both right)" if break_even is not None else
-                f"pairs right: {right} of {len(pair_verdicts)} (one share per pair of jobs, both "
-                f"right)")
-        return CheckOutcome(verdict == "pass", "\n".join([*head, said, *lines]), verdict, {
-            "credit": right / max(1, len(pair_verdicts)), "jobs": jobs,
-            "figures": figures.to_dict()})
-
-
-NOT_CORRECT = ("not checked: every check but correctness is credited only to code that computes "
-               "what the original computes on every kind of input the problem tests, and yours "
-               "does not yet (see the correctness check)")
 
 
 class JudgeOverrun(BaseException):
@@ -971,14 +869,12 @@ def _evidence_to_wire(ev: Evidence) -> tuple[dict, bytes]:
         blobs.append(bytes(data))
         return [start, len(data)]
 
-    header = {name: getattr(ev, name) for name in (
-        "status", "message", "choice", "capture_error", "compiled", "breaks", "graph_count",
-        "recompiles", "classes_seed", "traceback")}
-    header["correctness"] = ev.correctness.to_dict() if ev.correctness is not None else None
+    header = {name: getattr(ev, name) for name in _plain_evidence_fields()}
+    header["outputs_verdict"] = ev.correctness.to_dict() if ev.correctness is not None else None
     header["graph"] = [ev.graph[0], part(ev.graph[1])] if ev.graph is not None else None
     header["class_graphs"] = {name: got if isinstance(got, str) else [got[0], part(got[1])]
                               for name, got in ev.class_graphs.items()}
-    header["custom_op"] = [ev.custom_op_wire[0], part(ev.custom_op_wire[1])] \
+    header["custom_op_wire"] = [ev.custom_op_wire[0], part(ev.custom_op_wire[1])] \
         if ev.custom_op_wire is not None else None
     return json.loads(json.dumps(header)), b"".join(blobs)
 
@@ -988,19 +884,17 @@ def _evidence_from_wire(problem: Problem, header: dict, blob: bytes) -> Evidence
     def part(where: list) -> bytes:
         return blob[where[0]:where[0] + where[1]]
 
-    ev = Evidence(**{name: header[name] for name in (
-        "status", "message", "choice", "capture_error", "compiled", "breaks", "graph_count",
-        "recompiles", "classes_seed", "traceback")})
-    if header["correctness"] is not None:
-        ev.correctness = CheckOutcome.from_dict(header["correctness"])
+    ev = Evidence(**{name: header[name] for name in _plain_evidence_fields()})
+    if header["outputs_verdict"] is not None:
+        ev.correctness = CheckOutcome.from_dict(header["outputs_verdict"])
     if header["graph"] is not None:
         ev.graph = (header["graph"][0], part(header["graph"][1]))
     ev.class_graphs = {name: got if isinstance(got, str) else (got[0], part(got[1]))
                        for name, got in header["class_graphs"].items()}
     if ev.classes_seed is not None:
         ev.classes = problem.input_classes(random.Random(ev.classes_seed))
-    if header["custom_op"] is not None and problem.custom_op is not None:
-        ev.custom_op_wire = (header["custom_op"][0], part(header["custom_op"][1]))
+    if header["custom_op_wire"] is not None and problem.custom_op is not None:
+        ev.custom_op_wire = (header["custom_op_wire"][0], part(header["custom_op_wire"][1]))
         ev.custom_op = custom_ops.rebuild(problem.custom_op, *ev.custom_op_wire)
         if ev.custom_op.op is not None:
             ev.operators = {problem.custom_op.graph_name: ev.custom_op.op}
@@ -1019,10 +913,10 @@ def training_worker(request: dict, blob: bytes):
     problem = get_problem(request["problem"], module)
     cells = [Cell.from_dict(c) for c in request.get("reference_cells") or []]
     side = ReferenceSide.build(problem, cells or None, device, module,
-                               timed="speed" in request["wanted"])
+                               timed=Need.TIMINGS in problem.needs(request["wanted"]))
     ev = _evidence_from_wire(problem, request["evidence"], blob)
     return lambda: _decided(Judge(), problem, side, ev, request["wanted"], device,
-                            JudgeJob.from_dict(request["job"]))
+                            JudgeJob.from_dict(request["judge_job"]))
 
 
 def _checks_from_child(value, wanted: list[str]) -> dict[str, CheckOutcome] | None:
@@ -1046,12 +940,9 @@ def _checks_from_child(value, wanted: list[str]) -> dict[str, CheckOutcome] | No
 
 
 def _with_the_gate(problem: Problem, wanted: list[str]) -> list[str]:
-    """``wanted``, with the correctness check added wherever a check it gates is wanted (a
-    structural or speed point needs correct outputs on every class of inputs)."""
-    if "correctness" in problem.checks and "correctness" not in wanted \
-            and any(c not in ("rule", "job") for c in wanted):
-        return ["correctness", *wanted]
-    return wanted
+    """``wanted``, with every check a wanted one requires added (a structural or speed point
+    needs correct outputs on every class of inputs: :attr:`grader.checks.results.Check.requires`)."""
+    return declared.with_requirements(problem.parts, wanted)
 
 
 def _signature(inputs: tuple) -> tuple:
@@ -1109,41 +1000,6 @@ def _usage_failure(problem: Problem, ev: Evidence) -> str:
         return (f"one graph does not serve every call the problem makes (from a fresh model, "
                 f"fullgraph=True): {learner_text(report.get('message', 'no count was sent'))}")
     return ""
-
-
-def _overall_verdict(verdicts: list[str]) -> str:
-    """'pass' when every verdict passed; 'inconclusive' when one could not be decided (a person
-    looks: it may have been right); else 'fail'."""
-    if "inconclusive" in verdicts:
-        return "inconclusive"
-    return "pass" if all(v == "pass" for v in verdicts) else "fail"
-
-
-def _job_direction(eager: str, choice: str, best: str, totals: dict, verdict: str) -> str:
-    """Which way the rule went wrong on a job (the direction, not the answer)."""
-    if verdict == "inconclusive":
-        return ("the rounds' figures disagree about this job (it is within the spread of the "
-                "break-even): held for review")
-    if choice == eager:
-        return (f"compiling pays at this size ({best!r}: {totals[best]:.2f} s): your rule "
-                f"compiles too late")
-    if best == eager:
-        return (f"the compile does not pay back at this size (not compiling: "
-                f"{totals[best]:.2f} s): your rule compiles too early")
-    return (f"{best!r} takes {totals[best]:.2f} s: at this size {choice!r} costs more than it "
-            f"saves")
-
-
-def _answers_by_size(answers: list) -> str:
-    """A rule's answers over the sizes it was asked about, as runs of the same answer."""
-    runs: list[list] = []
-    for calls, mode in answers:
-        if runs and runs[-1][0] == mode:
-            runs[-1][2] = calls
-        else:
-            runs.append([mode, calls, calls])
-    text = "; ".join(f"{mode!r} for {low:,}..{high:,} calls" for mode, low, high in runs[:8])
-    return text + (f"; ... ({len(runs)} runs in all)" if len(runs) > 8 else "")
 
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> int:
@@ -1279,64 +1135,8 @@ def _op_lesson(problem: Problem, graph: GraphCheck, ev: Evidence) -> str:
             f"wrapping the library's kernel as a custom operator, not rewriting it)")
 
 
-def _operator_check(problem: Problem, graph: GraphCheck) -> CheckOutcome:
-    """The ATen operators of the learner's graph (rebuilt by the judge), against the problem's
-    ``max_operators``: a Python loop over rows puts a copy of its body in the graph per row."""
-    if not graph.ok:
-        return CheckOutcome(False, f"operators not counted: they are counted on the one graph "
-                                   f"your code compiles to, and it {graph.headline}")
-    counts = collections.Counter(
-        str(node.target) for node in graph.module.graph_module.graph.nodes
-        if node.op == "call_function" and str(node.target).startswith("aten."))
-    total, limit = sum(counts.values()), problem.max_operators
-    most = ", ".join(f"{name.rsplit('.', 1)[0]} x{n}" for name, n in counts.most_common(4))
-    details = {"operators": total, "max_operators": limit, "counts": dict(counts)}
-    if total <= limit:
-        return CheckOutcome(True, f"your graph holds {total} ATen operators (at most {limit}: "
-                                  f"{most})", details=details)
-    return CheckOutcome(False, f"your graph holds {total} ATen operators, more than the {limit} "
-                               f"this problem allows ({most}): a Python loop puts a copy of its "
-                               f"body into the graph for every iteration it runs, even where the "
-                               f"graph compiles only once (a loop over a fixed, padded number of "
-                               f"rows); the lesson is one computation for the whole batch",
-                        details=details)
-
-
 def _breaks(ev: Evidence) -> list[dict]:
     return [b for b in ev.breaks if isinstance(b, dict)][:20]
-
-
-def _breaks_message(ev: Evidence, graph: GraphCheck) -> str:
-    if graph.refused or ev.graph is not None:
-        return graph.message
-    count = ev.graph_count
-    head = (f"{count} graphs, {len(ev.breaks)} graph breaks (reported by the process that ran "
-            f"your code)") if isinstance(count, int) else "not one graph"
-    return head + "\n" + graph.message
-
-
-def _recompiles(problem: Problem, graph: GraphCheck, ev: Evidence) -> CheckOutcome:
-    report = ev.recompiles if isinstance(ev.recompiles, dict) else {}
-    if "error" in report:
-        return CheckOutcome(False, f"your code raised while it was called repeatedly: "
-                                   f"{learner_text(report['error'])}")
-    compiles, hit = report.get("compiles"), report.get("hit_limit")
-    counted = isinstance(compiles, int) and isinstance(hit, bool)
-    told = learner_text(report.get("message", "")) if counted else "no compile count was sent"
-    if not graph.ok:
-        return CheckOutcome(False, f"{told}\nnot credited: it is credited to one graph that serves "
-                                   f"every call, and your code {graph.headline}",
-                            details={"compiles": compiles if counted else None,
-                                     "hit_limit": hit if counted else None})
-    if graph.general:
-        return CheckOutcome(False, f"{told}\n{graph.general}",
-                            details={"compiles": compiles if counted else None,
-                                     "hit_limit": hit if counted else None})
-    ok = counted and compiles <= problem.max_compiles and not hit
-    return CheckOutcome(ok, f"{told}\n(the graph was checked by the grader on every call: one graph "
-                            f"serves them all)" if ok else told,
-                        details={"compiles": compiles if counted else None,
-                                 "hit_limit": hit if counted else None})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import torch
 from grader.checks import _torch_internals as ti
 from grader.checks import custom_ops, graph_artifact, jobs, timing
 from grader.checks.jobs import JobFigures
+from grader.checks.results import Need
 from grader.common.wire import Packer
 from grader.isolation.source import Cell
 from grader.problems import NO_COMPILE, Problem, seeded_generator
@@ -115,7 +116,7 @@ class ReferenceSide:
             side = cls(problem, device, base_model, base_eager, base_timed, jobs=jobs)
             side.seconds = time.monotonic() - started
             return side
-        timed = "speed" in problem.checks if timed is None else timed
+        timed = Need.TIMINGS in problem.needs() if timed is None else timed
         with ti.quiet_torch_logs():
             if problem.baseline_compile is not None and timed:
                 base_timed = problem.graded_call(torch.compile(base_model,

@@ -13,13 +13,12 @@ from typing import Any, Callable
 
 import torch
 
-from grader.checks.results import CHECKS
+from grader.checks import declared
+from grader.checks.results import Check, Need
 from grader.checks.targets import SpeedTarget
 
 # A compile mode that means "do not compile" (a job too short for compiling to pay).
 NO_COMPILE = "none"
-# Checks for which the judge has the subject capture the learner's graph.
-GRAPH_CHECKS = ("fullgraph", "breaks", "recompiles", "fusion", "operators", "speed", "custom_op")
 # How many calls the problem makes of the learner's compiled model, as it is used (the judge has
 # the subject make them, ``fullgraph=True``, from a fresh model's first call): a graph break or a
 # recompile on call 1, 101 or 201 is one.
@@ -134,8 +133,9 @@ class Problem:
     - ``tolerance``: ``(rtol, atol)`` the ``compiled`` check states and uses (the judge compiles
       the learner's graph with Inductor itself and compares its outputs on fresh inputs with
       the original's eager ones); ``None``: the dtype's (:data:`grader.checks.correctness.TOLERANCES`).
-      The ``compiled`` check is decided on the graph the graph checks capture, so a problem
-      that asks for it asks for one of them too.
+    - ``checks``: the checks the judge decides, by name (:mod:`grader.checks.declared`), or a
+      problem set's own declaration (a :class:`grader.checks.results.Check`: docs/design.md,
+      "Adding a check"), which ``own_checks`` then holds.
     - ``custom_op``: a custom operator the learner registers around a library call
       (:class:`grader.checks.custom_ops.OpSpec`, ps8): the subject ships its fake and autograd
       formula as graphs, the judge rebuilds the operator around the problem's own kernel, runs
@@ -148,7 +148,7 @@ class Problem:
     make_baseline: Callable[[str], Any]
     make_inputs: Callable[[torch.Generator, str], tuple]
     solution_grade_id: str
-    checks: tuple[str, ...] = ("correctness", "fullgraph", "speed")
+    checks: tuple = declared.DEFAULT_CHECKS
     build: Callable[[Any, Any, str], Callable] | None = None
     baseline_compile: dict | None = None
     learner_compile: dict = dataclasses.field(default_factory=dict)
@@ -177,18 +177,29 @@ class Problem:
     other_inputs: Callable[[random.Random], dict[str, Callable]] | None = None
     usage_calls: int = USAGE_CALLS
     custom_op: Any = None
+    own_checks: tuple[Check, ...] = ()
 
     def __post_init__(self) -> None:
-        unknown = set(self.checks) - set(CHECKS)
-        if unknown:
-            raise ValueError(f"{self.key}: unknown checks {sorted(unknown)}; known: {CHECKS}")
-        if "operators" in self.checks and self.max_operators is None:
-            raise ValueError(f"{self.key}: the 'operators' check needs max_operators")
-        if "custom_op" in self.checks and self.custom_op is None:
-            raise ValueError(f"{self.key}: the 'custom_op' check needs custom_op (an OpSpec)")
-        if "compiled" in self.checks and not set(self.checks) & set(GRAPH_CHECKS):
-            raise ValueError(f"{self.key}: the 'compiled' check is decided on the captured graph: "
-                             f"ask for one of {GRAPH_CHECKS} too")
+        # A check the problem set declares itself comes in ``checks`` as its declaration: kept in
+        # ``own_checks``, named in ``checks`` like the registry's.
+        own = {c.name: c for c in (*self.own_checks, *self.checks)
+               if isinstance(c, Check) and declared.BY_NAME.get(c.name) is not c}
+        self.own_checks = tuple(own.values())
+        self.checks = tuple(c.name if isinstance(c, Check) else c for c in self.checks)
+        why = declared.problems_with(self.checks, self.own_checks, self)
+        if why:
+            raise ValueError(f"{self.key}: " + "; ".join(why))
+
+    @property
+    def parts(self) -> tuple[Check, ...]:
+        """The checks this problem asks for, declared, in the order the judge decides them."""
+        return declared.in_order(self.checks, self.own_checks)
+
+    def needs(self, wanted=None) -> frozenset[Need]:
+        """The evidence the checks ``wanted`` (names; default: every check of the problem) are
+        decided on."""
+        names = set(self.checks if wanted is None else wanted)
+        return declared.needs_of(tuple(c for c in self.parts if c.name in names))
 
     @property
     def assignment(self) -> str:
