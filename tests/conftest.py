@@ -16,9 +16,15 @@ Expensive runs are shared, not repeated (``make test`` must stay within 30 minut
   test_problem_sets, test_gradescope, test_fresh_machine); such a fixture runs only what the
   session selected (``request.session.items``), so ``-k`` stays quick.
 - Full-size runs belong to ``make bench``, ``make bench-grade`` and ``make gpu-check``.
+- ``make test`` runs the suite on parallel workers (pytest-xdist, ``-n 2 --dist loadgroup``):
+  most of the suite's time is spent waiting on processes, not computing. A module whose tests
+  share a module- or session-scoped fixture of this folder goes to one worker as a whole (modules
+  that share a session fixture go together), so no fixture is computed twice; see
+  :func:`pytest_collection_modifyitems`. A module marked ``one_worker`` goes as a whole too.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import random
@@ -162,3 +168,90 @@ def at_once(fn, items, jobs: int | None = None) -> list:
 def pool(n: int, size: int = 3) -> list[tuple]:
     """``n`` distinct input tuples; the first element of input ``i`` is ``i``."""
     return [(torch.full((size,), float(i)),) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel workers (pytest-xdist): which tests must share one, and which start first
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# The groups that take minutes (measured in a full `make test` on 2 cores, 2026-12-05: the chapters'
+# fixture 228 s, the attack cohort 192 s, the problem sets' validations 184 s, ...), longest
+# first: a long group started last would leave the other worker idle at the end. Only an order;
+# a group not listed starts after these, a stale entry costs only balance.
+LONGEST_FIRST = (
+    "test_chapters", "test_attacks", "test_browser", "test_problem_sets", "test_fresh_machine",
+    "test_ray", "test_attacks_escape", "test_attacks_unscreened", "test_gradescope",
+    "test_judged_autograde", "test_colab_runtime", "test_problem_design", "test_ps7", "test_ps8",
+)
+
+
+def _shared_fixture_keys(item) -> set[str]:
+    """What ``item`` shares with other tests: ``module:<file>`` for a module-scoped fixture of
+    this folder, ``session:<name>`` for a session-scoped one (pytest's own, such as
+    ``tmp_path_factory``, are per worker and cost nothing)."""
+    keys = set()
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        fixturedef = defs[-1]
+        if fixturedef.scope not in ("module", "package", "session"):
+            continue
+        try:
+            source = os.path.abspath(inspect.getsourcefile(fixturedef.func) or "")
+        except TypeError:
+            continue
+        if os.path.dirname(source) != TESTS_DIR:
+            continue
+        keys.add(f"session:{name}" if fixturedef.scope == "session" else f"module:{item.path.name}")
+    if item.get_closest_marker("one_worker"):
+        keys.add(f"module:{item.path.name}")
+    return keys
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Give every test that shares an expensive fixture an ``xdist_group``: a whole module when
+    any of its tests uses a module- or session-scoped fixture of this folder (or the module is
+    marked ``one_worker``), joined with every other module that uses the same session fixture.
+    ``--dist loadgroup`` runs each group on one worker, so such a fixture is computed once; the
+    other tests are spread one by one. Under xdist, the groups that take longest run first.
+    (tryfirst: before xdist's own hook reads the marks.)"""
+    # Union-find over modules and session fixtures.
+    parent: dict[str, str] = {}
+
+    def find(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    def join(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    for item in items:
+        module = f"module:{item.path.name}"
+        for key in _shared_fixture_keys(item):
+            join(key, module)
+    members: dict[str, set[str]] = {}
+    for key in parent:
+        if key.startswith("module:"):
+            members.setdefault(find(key), set()).add(key.removeprefix("module:").removesuffix(".py"))
+    group_of = {}
+    for modules in members.values():
+        name = "+".join(sorted(modules))
+        for module in modules:
+            group_of[module] = name
+    for item in items:
+        group = group_of.get(item.path.stem)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+
+    def rank(item) -> tuple:
+        group = group_of.get(item.path.stem)
+        if group is None:
+            return (2, 0, "")
+        listed = [LONGEST_FIRST.index(m) for m in group.split("+") if m in LONGEST_FIRST]
+        return (0, min(listed), "") if listed else (1, 0, group)
+
+    items.sort(key=rank)   # stable: each module's tests keep their order and stay together
