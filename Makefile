@@ -76,12 +76,13 @@ setup-browser:
 
 # The suite tests the sandbox and the browser, so it asks for both (CI runs it as root).
 # TEST_WORKERS parallel pytest workers (pytest-xdist): most of the suite's time is spent waiting on
-# processes (kernels, nbgrader, grading runs), so two workers fill the 2-core box. --dist loadgroup
-# keeps the tests that share an expensive fixture on one worker (tests/conftest.py groups them and
-# orders the longest first, which --no-loadscope-reorder keeps). TEST_WORKERS=0: one process.
+# processes (kernels, nbgrader, grading runs), so two workers fill the 2-core box. --dist loadfile
+# runs each test file on one worker, so no fixture is computed twice (tests/conftest.py keeps the
+# files that share a session fixture together and puts the longest first, an order that
+# --no-loadscope-reorder keeps). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: setup setup-sandbox setup-browser
-	$(PY) -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) tests
+	$(PY) -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) tests
 
 # The oldest torch the course supports (pyproject.toml: torch>=2.8), in a venv of its own: the
 # grader's tests and the chapters at CI size. Not part of `make test` (it downloads ~3 GB).

@@ -16,11 +16,10 @@ Expensive runs are shared, not repeated (``make test`` must stay within 30 minut
   test_problem_sets, test_gradescope, test_fresh_machine); such a fixture runs only what the
   session selected (``request.session.items``), so ``-k`` stays quick.
 - Full-size runs belong to ``make bench``, ``make bench-grade`` and ``make gpu-check``.
-- ``make test`` runs the suite on parallel workers (pytest-xdist, ``-n 2 --dist loadgroup``):
-  most of the suite's time is spent waiting on processes, not computing. A module whose tests
-  share a module- or session-scoped fixture of this folder goes to one worker as a whole (modules
-  that share a session fixture go together), so no fixture is computed twice; see
-  :func:`pytest_collection_modifyitems`. A module marked ``one_worker`` goes as a whole too.
+- ``make test`` runs the suite on two parallel workers (pytest-xdist, ``--dist loadfile``): most
+  of the suite's time is spent waiting on processes, not computing. Each test file runs on one
+  worker, so its module-scoped fixtures are computed once; files that share a session fixture
+  (``graded_demo``) are one unit (``SAME_WORKER``), so it is computed once too.
 """
 from __future__ import annotations
 
@@ -171,87 +170,87 @@ def pool(n: int, size: int = 3) -> list[tuple]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Parallel workers (pytest-xdist): which tests must share one, and which start first
+# Parallel workers (pytest-xdist, ``make test``: ``-n 2 --dist loadfile``)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
-# The groups that take minutes (measured in a full `make test` on 2 cores, 2026-12-05: the chapters'
+# Test files that share a session-scoped fixture of this folder, so one worker runs them (a file's
+# own module-scoped fixtures are computed once anyway: ``--dist loadfile`` runs each file on one
+# worker). pytest_collection_modifyitems refuses a session fixture shared across files not listed.
+SAME_WORKER = (
+    ("test_grade.py", "test_browser.py"),     # graded_demo
+)
+
+# The files that take minutes (measured in a full `make test` on 2 cores, 2026-12-05: the chapters'
 # fixture 228 s, the attack cohort 192 s, the problem sets' validations 184 s, ...), longest
-# first: a long group started last would leave the other worker idle at the end. Only an order;
-# a group not listed starts after these, a stale entry costs only balance.
+# first: a long file started last would leave the other worker idle at the end. Only an order;
+# a file not listed starts after these, a stale entry costs only balance.
 LONGEST_FIRST = (
-    "test_chapters", "test_attacks", "test_browser", "test_problem_sets", "test_fresh_machine",
-    "test_ray", "test_attacks_escape", "test_attacks_unscreened", "test_gradescope",
-    "test_judged_autograde", "test_colab_runtime", "test_problem_design", "test_ps7", "test_ps8",
+    "test_chapters.py", "test_attacks.py", "test_grade.py", "test_browser.py",
+    "test_problem_sets.py", "test_fresh_machine.py", "test_ray.py", "test_attacks_escape.py",
+    "test_attacks_unscreened.py", "test_gradescope.py", "test_judged_autograde.py",
+    "test_colab_runtime.py", "test_problem_design.py", "test_ps7.py", "test_ps8.py",
 )
 
 
-def _shared_fixture_keys(item) -> set[str]:
-    """What ``item`` shares with other tests: ``module:<file>`` for a module-scoped fixture of
-    this folder, ``session:<name>`` for a session-scoped one (pytest's own, such as
-    ``tmp_path_factory``, are per worker and cost nothing)."""
-    keys = set()
+def _worker_unit(file: str) -> str:
+    """The scheduling unit of a test file: the first file of its SAME_WORKER row, or itself."""
+    for row in SAME_WORKER:
+        if file in row:
+            return row[0]
+    return file
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with the files of a SAME_WORKER row sent to one worker as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            folder, name = os.path.split(file)
+            return os.path.join(folder, _worker_unit(name))
+
+    return SharedFixtureScheduling(config, log)
+
+
+def _session_fixtures_of_this_folder(item) -> set[str]:
+    """The session-scoped fixtures defined in tests/ that ``item`` uses (pytest's own, such as
+    ``tmp_path_factory``, cost nothing)."""
+    names = set()
     for name, defs in item._fixtureinfo.name2fixturedefs.items():
-        fixturedef = defs[-1]
-        if fixturedef.scope not in ("module", "package", "session"):
+        if defs[-1].scope != "session":
             continue
         try:
-            source = os.path.abspath(inspect.getsourcefile(fixturedef.func) or "")
+            source = os.path.abspath(inspect.getsourcefile(defs[-1].func) or "")
         except TypeError:
             continue
-        if os.path.dirname(source) != TESTS_DIR:
-            continue
-        keys.add(f"session:{name}" if fixturedef.scope == "session" else f"module:{item.path.name}")
-    if item.get_closest_marker("one_worker"):
-        keys.add(f"module:{item.path.name}")
-    return keys
+        if os.path.dirname(source) == TESTS_DIR:
+            names.add(name)
+    return names
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Give every test that shares an expensive fixture an ``xdist_group``: a whole module when
-    any of its tests uses a module- or session-scoped fixture of this folder (or the module is
-    marked ``one_worker``), joined with every other module that uses the same session fixture.
-    ``--dist loadgroup`` runs each group on one worker, so such a fixture is computed once; the
-    other tests are spread one by one. Under xdist, the groups that take longest run first.
-    (tryfirst: before xdist's own hook reads the marks.)"""
-    # Union-find over modules and session fixtures.
-    parent: dict[str, str] = {}
-
-    def find(key: str) -> str:
-        while parent.setdefault(key, key) != key:
-            key = parent[key]
-        return key
-
-    def join(a: str, b: str) -> None:
-        parent[find(a)] = find(b)
-
-    for item in items:
-        module = f"module:{item.path.name}"
-        for key in _shared_fixture_keys(item):
-            join(key, module)
-    members: dict[str, set[str]] = {}
-    for key in parent:
-        if key.startswith("module:"):
-            members.setdefault(find(key), set()).add(key.removeprefix("module:").removesuffix(".py"))
-    group_of = {}
-    for modules in members.values():
-        name = "+".join(sorted(modules))
-        for module in modules:
-            group_of[module] = name
-    for item in items:
-        group = group_of.get(item.path.stem)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-
+    """Under xdist: refuse a session fixture of this folder that files of two scheduling units
+    share (it would be computed once per worker: add a SAME_WORKER row), and put the files that
+    take longest first (with ``--no-loadscope-reorder`` the workers take them in this order)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    units_of: dict[str, set[str]] = {}
+    for item in items:
+        for name in _session_fixtures_of_this_folder(item):
+            units_of.setdefault(name, set()).add(_worker_unit(item.path.name))
+    split = {name: sorted(units) for name, units in units_of.items() if len(units) > 1}
+    if split:
+        raise pytest.UsageError(
+            f"session fixtures used by files that run on different workers: {split}; "
+            "list the files in one row of SAME_WORKER (tests/conftest.py)")
 
     def rank(item) -> tuple:
-        group = group_of.get(item.path.stem)
-        if group is None:
-            return (2, 0, "")
-        listed = [LONGEST_FIRST.index(m) for m in group.split("+") if m in LONGEST_FIRST]
-        return (0, min(listed), "") if listed else (1, 0, group)
+        unit = _worker_unit(item.path.name)
+        listed = [LONGEST_FIRST.index(f) for f in LONGEST_FIRST if _worker_unit(f) == unit]
+        return (min(listed), "") if listed else (len(LONGEST_FIRST), unit)
 
-    items.sort(key=rank)   # stable: each module's tests keep their order and stay together
+    items.sort(key=rank)   # stable: each file's tests keep their order

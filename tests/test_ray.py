@@ -10,17 +10,12 @@ import subprocess
 import threading
 import time
 
-import pytest
 from ray.cluster_utils import Cluster
 
 from grader.cohort import distributed, ray_address
 from grader.isolation import sandbox
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
-
-# Its tests start Ray clusters and find their grading tasks by name on the whole machine
-# (_grading_task_pids): run them one after another, never beside each other on two workers.
-pytestmark = pytest.mark.one_worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPECTED = json.load(open(os.path.join(REPO, "grader", "cohort", "demo_expected.json")))
