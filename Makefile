@@ -81,8 +81,9 @@ setup-browser:
 # files that share a session fixture together and puts the longest first, an order that
 # --no-loadscope-reorder keeps). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup setup-sandbox setup-browser
-	$(PY) -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) tests
+	$(PY) -m pytest -q --durations=15 $(XDIST) tests
 
 # The oldest torch the course supports (pyproject.toml: torch>=2.8), in a venv of its own: the
 # grader's tests and the chapters at CI size. Not part of `make test` (it downloads ~3 GB).
@@ -98,7 +99,7 @@ $(OLDEST_VENV)/.setup-done: pyproject.toml
 	touch $@
 
 test-oldest: setup setup-sandbox $(OLDEST_VENV)/.setup-done
-	PATH=$(abspath $(OLDEST_VENV))/bin:$$PATH $(OLDEST_VENV)/bin/python -m pytest -q --durations=10 $(OLDEST_TESTS)
+	PATH=$(abspath $(OLDEST_VENV))/bin:$$PATH $(OLDEST_VENV)/bin/python -m pytest -q --durations=10 $(XDIST) $(OLDEST_TESTS)
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=.
