@@ -207,6 +207,7 @@ def _worker_unit(file: str) -> str:
     return file
 
 
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist: unknown without it (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile``, with the files of a SAME_WORKER row sent to one worker as one unit."""
     if config.getvalue("dist") != "loadfile":
