@@ -75,8 +75,15 @@ setup-browser:
 	@grader/tools/system-package chromium chromium "the browser tests (tests/test_browser.py)"
 
 # The suite tests the sandbox and the browser, so it asks for both (CI runs it as root).
+# TEST_WORKERS parallel pytest workers (pytest-xdist): most of the suite's time is spent waiting on
+# processes (kernels, nbgrader, grading runs), so two workers fill the 2-core box. --dist loadfile
+# runs each test file on one worker, so no fixture is computed twice (tests/conftest.py keeps the
+# files that share a session fixture together and puts the longest first, an order that
+# --no-loadscope-reorder keeps). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup setup-sandbox setup-browser
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --durations=15 $(XDIST) tests
 
 # The oldest torch the course supports (pyproject.toml: torch>=2.8), in a venv of its own: the
 # grader's tests and the chapters at CI size. Not part of `make test` (it downloads ~3 GB).
@@ -92,7 +99,7 @@ $(OLDEST_VENV)/.setup-done: pyproject.toml
 	touch $@
 
 test-oldest: setup setup-sandbox $(OLDEST_VENV)/.setup-done
-	PATH=$(abspath $(OLDEST_VENV))/bin:$$PATH $(OLDEST_VENV)/bin/python -m pytest -q --durations=10 $(OLDEST_TESTS)
+	PATH=$(abspath $(OLDEST_VENV))/bin:$$PATH $(OLDEST_VENV)/bin/python -m pytest -q --durations=10 $(XDIST) $(OLDEST_TESTS)
 
 lab: setup
 	$(BIN)/jupyter lab --notebook-dir=.

@@ -16,9 +16,14 @@ Expensive runs are shared, not repeated (``make test`` must stay within 30 minut
   test_problem_sets, test_gradescope, test_fresh_machine); such a fixture runs only what the
   session selected (``request.session.items``), so ``-k`` stays quick.
 - Full-size runs belong to ``make bench``, ``make bench-grade`` and ``make gpu-check``.
+- ``make test`` runs the suite on two parallel workers (pytest-xdist, ``--dist loadfile``): most
+  of the suite's time is spent waiting on processes, not computing. Each test file runs on one
+  worker, so its module-scoped fixtures are computed once; files that share a session fixture
+  (``graded_demo``) are one unit (``SAME_WORKER``), so it is computed once too.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import random
@@ -118,6 +123,12 @@ class FakeClock(Clock):
         return out
 
 
+# The demo cohort's subject deadline in graded_demo. Not 60 s: beside the other pytest worker
+# and other load (load average 7 on the 2-core box), dee_slow's honest subject, which is slow
+# on purpose, took 65 s (start 6 s, capture 12 s, the rest its slow model) and lost its 7 points.
+DEMO_SUBJECT_TIMEOUT_S = 120
+
+
 @pytest.fixture(scope="session")
 def graded_demo(tmp_path_factory):
     """The demo cohort of ps2 (every persona), graded by ``grade()`` as ``make grade`` does:
@@ -131,10 +142,10 @@ def graded_demo(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("demo") / "course")
     demo.build_demo_course(root, ["ps2"], folder=folder)
     started = time.monotonic()
-    # gus_loop's endless loop runs until the subject's deadline: one shorter than make grade's
-    # (measured from the references, with room for slow machines), since the honest subjects of
-    # ps2 end in seconds. The measured deadline is tested on its own (tests/test_judged_autograde.py).
-    run = grade(folder, ["ps2"], workers=2, subject_timeout_s=60)
+    # gus_loop's endless loop runs until the subject's deadline: a fixed one here, so the tests
+    # know the message it leaves. The measured deadline is tested on its own
+    # (tests/test_judged_autograde.py).
+    run = grade(folder, ["ps2"], workers=2, subject_timeout_s=DEMO_SUBJECT_TIMEOUT_S)
     print(f"demo cohort ps2: {time.monotonic() - started:.0f} s")
     return run
 
@@ -162,3 +173,91 @@ def at_once(fn, items, jobs: int | None = None) -> list:
 def pool(n: int, size: int = 3) -> list[tuple]:
     """``n`` distinct input tuples; the first element of input ``i`` is ``i``."""
     return [(torch.full((size,), float(i)),) for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel workers (pytest-xdist, ``make test``: ``-n 2 --dist loadfile``)
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Test files that share a session-scoped fixture of this folder, so one worker runs them (a file's
+# own module-scoped fixtures are computed once anyway: ``--dist loadfile`` runs each file on one
+# worker). pytest_collection_modifyitems refuses a session fixture shared across files not listed.
+SAME_WORKER = (
+    ("test_grade.py", "test_browser.py"),     # graded_demo
+)
+
+# The files that take minutes (measured in a full `make test` on 2 cores, 2026-12-05: the chapters'
+# fixture 228 s, the attack cohort 192 s, the problem sets' validations 184 s, ...), longest
+# first: a long file started last would leave the other worker idle at the end. Only an order;
+# a file not listed starts after these, a stale entry costs only balance.
+LONGEST_FIRST = (
+    "test_chapters.py", "test_attacks.py", "test_grade.py", "test_browser.py",
+    "test_problem_sets.py", "test_fresh_machine.py", "test_ray.py", "test_attacks_escape.py",
+    "test_attacks_unscreened.py", "test_gradescope.py", "test_judged_autograde.py",
+    "test_colab_runtime.py", "test_problem_design.py", "test_ps7.py", "test_ps8.py",
+)
+
+
+def _worker_unit(file: str) -> str:
+    """The scheduling unit of a test file: the first file of its SAME_WORKER row, or itself."""
+    for row in SAME_WORKER:
+        if file in row:
+            return row[0]
+    return file
+
+
+@pytest.hookimpl(optionalhook=True)   # a hook of pytest-xdist: unknown without it (-p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with the files of a SAME_WORKER row sent to one worker as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            folder, name = os.path.split(file)
+            return os.path.join(folder, _worker_unit(name))
+
+    return SharedFixtureScheduling(config, log)
+
+
+def _session_fixtures_of_this_folder(item) -> set[str]:
+    """The session-scoped fixtures defined in tests/ that ``item`` uses (pytest's own, such as
+    ``tmp_path_factory``, cost nothing)."""
+    names = set()
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        if defs[-1].scope != "session":
+            continue
+        try:
+            source = os.path.abspath(inspect.getsourcefile(defs[-1].func) or "")
+        except TypeError:
+            continue
+        if os.path.dirname(source) == TESTS_DIR:
+            names.add(name)
+    return names
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: refuse a session fixture of this folder that files of two scheduling units
+    share (it would be computed once per worker: add a SAME_WORKER row), and put the files that
+    take longest first (with ``--no-loadscope-reorder`` the workers take them in this order)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    units_of: dict[str, set[str]] = {}
+    for item in items:
+        for name in _session_fixtures_of_this_folder(item):
+            units_of.setdefault(name, set()).add(_worker_unit(item.path.name))
+    split = {name: sorted(units) for name, units in units_of.items() if len(units) > 1}
+    if split:
+        raise pytest.UsageError(
+            f"session fixtures used by files that run on different workers: {split}; "
+            "list the files in one row of SAME_WORKER (tests/conftest.py)")
+
+    def rank(item) -> tuple:
+        unit = _worker_unit(item.path.name)
+        listed = [LONGEST_FIRST.index(f) for f in LONGEST_FIRST if _worker_unit(f) == unit]
+        return (min(listed), "") if listed else (len(LONGEST_FIRST), unit)
+
+    items.sort(key=rank)   # stable: each file's tests keep their order
