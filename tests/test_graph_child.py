@@ -105,3 +105,28 @@ def test_the_zygote_forks_a_bounded_child_per_request_and_is_reused():
         assert restarted.kind == "done" and zygote.proc.pid != first, restarted
     finally:
         zygote.close()
+
+
+def test_a_kernel_half_written_by_a_killed_child_is_removed_from_inductors_cache(tmp_path,
+                                                                                 monkeypatch):
+    """A child killed while its compiler linked a kernel leaves a broken ``.so`` in the shared
+    cache, which Inductor would load by name for every later submission ("file too short"):
+    the judge removes what the child wrote that is not a whole library, and nothing else."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    (tmp_path / "ab").mkdir()
+    older = tmp_path / "ab" / "older.main.so"
+    older.write_bytes(b"")
+    os.utime(older, (time.time() - 3600, time.time() - 3600))
+
+    def half_written_then_stuck():
+        (tmp_path / "ab" / "empty.main.so").write_bytes(b"")
+        (tmp_path / "ab" / "cut.main.so").write_bytes(b"\x7fE")
+        (tmp_path / "ab" / "whole.main.so").write_bytes(b"\x7fELF" + bytes(60))
+        while True:
+            pass
+
+    got = graph_child.run_bounded(half_written_then_stuck, seconds=1.5,
+                                  memory_bytes=256 * 1024 ** 2)
+    assert got.kind == "time", got
+    left = sorted(p.name for p in (tmp_path / "ab").iterdir())
+    assert left == ["older.main.so", "whole.main.so"], left

@@ -877,6 +877,14 @@ def aoti_compile_and_package(exported, package_path: str,
                                                     inductor_configs=inductor_configs)
 
 
+def inductor_cache_dir() -> str:
+    """The folder of Inductor's compiled kernels on this machine (``TORCHINDUCTOR_CACHE_DIR``,
+    else ``/tmp/torchinductor_USER``), shared by every compile of this user."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
 def import_inductor() -> None:
     """Import ``torch._inductor`` (which, in torch 2.14, imports ``torch._dynamo`` too): the
     Python-side part of loading an AOTInductor package, timed apart from the load itself."""

@@ -51,6 +51,7 @@ import threading
 import time
 import traceback
 
+from grader.checks import _torch_internals as ti
 from grader.common.wire import ProtocolError
 from grader.isolation import channel, confine
 
@@ -99,7 +100,42 @@ def run_bounded(work=None, *, seconds: float, memory_bytes: int, setup=None) -> 
     ``memory_bytes`` at most, killed after ``seconds``; how it ended. ``setup()``, where given,
     runs first in the child, before its memory limit is set (the grader's own trusted work, such
     as building a reference side), and returns the ``work`` to run under it; ``seconds`` covers
-    both."""
+    both. A child that did not finish may have left a kernel half-written in Inductor's shared
+    cache (its compiler killed, or out of memory, mid-link): such files are removed
+    (:func:`remove_broken_kernels`), or every later compile of that kernel would fail."""
+    since = time.time()
+    bounded = _run_bounded(work, seconds, memory_bytes, setup)
+    if bounded.kind != "done":
+        remove_broken_kernels(since)
+    return bounded
+
+
+def remove_broken_kernels(since: float, folder: str | None = None) -> list[str]:
+    """Remove the compiled kernels (``.so``) written to Inductor's cache (``folder``) at or after
+    ``since`` (a ``time.time()``) that are not whole shared libraries (empty, or no ELF header):
+    Inductor loads a cached kernel by its name and never checks it ("file too short"). Returns
+    the paths removed."""
+    folder = folder or ti.inductor_cache_dir()
+    removed = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if not name.endswith(".so"):
+                continue
+            path = os.path.join(root, name)
+            try:
+                if os.stat(path).st_mtime < since - 1.0:
+                    continue
+                with open(path, "rb") as fh:
+                    whole = fh.read(4) == b"\x7fELF"
+                if not whole:
+                    os.unlink(path)
+                    removed.append(path)
+            except OSError:
+                continue
+    return removed
+
+
+def _run_bounded(work, seconds: float, memory_bytes: int, setup) -> Bounded:
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     pid = os.fork()

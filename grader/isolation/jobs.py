@@ -52,16 +52,18 @@ def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
 
 
 # The subject's deadline where the references were built on this machine (make grade,
-# Gradescope), rather than a flat 300 s: twice the slowest of what loading and compiling the set's
+# Gradescope), rather than a flat 300 s: three times the slowest of what loading and compiling the set's
 # references took the judge (make grade's BuiltReferences.reference_s: the reference loaded, its
 # graph captured and compiled with Inductor, the baseline compiled; for a planning question its
 # slowest cold first call). An honest subject does less (start, load, call, capture, count
 # compiles; no Inductor): on 2 loaded cores it took 0.1-0.4 of that in ps1, ps2 and ps4-ps7
-# (make bench-grade, 2026-12), so twice leaves it five times what it needed or more, grows with a
-# slower machine, and an endless loop costs one short deadline. The floor keeps room for the
+# (make bench-grade, 2026-12), but a correct solution that Dynamo traces slowly (ps2's dee_slow,
+# a per-row loop: 29-75 s of tracing) took 65 s against twice a 34 s build on a machine loaded
+# by other work, and lost points it had earned. Three times grows with a slower machine and still
+# makes an endless loop cost one short deadline (ps1's is the floor). The floor keeps room for the
 # subject's own start (an interpreter and torch: seconds on a quiet core, more on a loaded one)
 # where the references build fast.
-SUBJECT_DEADLINE_FACTOR = 2.0
+SUBJECT_DEADLINE_FACTOR = 3.0
 SUBJECT_DEADLINE_FLOOR_S = 60.0
 
 
