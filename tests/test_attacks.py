@@ -35,7 +35,7 @@ BLANK = None  # the release notebook's stub, untouched
 # A line of the reference solution that no other notebook of ps2 contains.
 REFERENCE_LINE = "xs = x.view(rows, self.groups, d // self.groups)"
 
-# Attacks inside the solution cell: the judged scoring reads these cells, so the static check meets them.
+# Attacks inside the solution cell: the judged scoring reads these cells, so the screen meets them.
 SOLUTION_ATTACKS = {
     "patch_evaluation": PASS_CLASS + "from grader.isolation.check import Evaluation\n"
                                      "Evaluation.require = lambda self, name: None\n"

@@ -38,7 +38,7 @@ def run(source: str, checks=None, timeout_s: float = 180, **kw):
 def judge(source: str, checks=("correctness",), timeout_s: float = 120, screen: bool = False,
           sandbox: str = "auto", course_root: str = TESTS_DIR) -> dict:
     """The judge in this (trusted) test process, its subject running ``source`` *unscreened*:
-    the static check off, as only the grader's own tests can, to test what stands behind it."""
+    the screen off, as only the grader's own tests can, to test what stands behind it."""
     job = job_for(["fx.q1"], [Cell("cell 5", textwrap.dedent(source))],
                   problem_module="fixture_problems", course_root=course_root, sandbox=sandbox,
                   timeout_s=timeout_s, checks={"fx.q1": list(checks)}, screen=screen)

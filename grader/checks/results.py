@@ -20,7 +20,7 @@ class Status(str, enum.Enum):
 
     OK = "ok"                        # measured: the checks say how it went
     LEARNER_ERROR = "learner_error"  # the learner's code raised while loading or building
-    REFUSED = "refused"              # the static check refused the code before it ran
+    REFUSED = "refused"              # the screen refused the code before it ran
     GRADER_ERROR = "grader_error"    # the grader itself failed
     TIMEOUT = "timeout"              # the learner's process did not finish in time
     CRASHED = "crashed"              # the learner's process died before it answered

@@ -3,7 +3,7 @@
 For a submitted notebook this process (the trusted parent)
 
 1. reads the learner's solution cells from the ``.ipynb`` (by their nbgrader ``grade_id``);
-2. screens them (:mod:`grader.isolation.static_check`), then has the judge grade every problem of
+2. screens them (:mod:`grader.isolation.screen`), then has the judge grade every problem of
    the set (:mod:`grader.isolation.judge`: a process that never runs learner code; the learner's
    code runs in a sandboxed subject that answers its requests), against the reference solution
    from the instructor's ``source/``;
@@ -210,11 +210,12 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the references
     when not given; :func:`grader.isolation.jobs.subject_deadline_s`). ``memory_bytes``: the
     subject's address-space limit on CPU (``--memory-gb``). ``screen``: only the
-    grader's own tests turn the static check off, to attack what stands behind it. ``progress``:
+    grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
     out)."""
-    from grader.isolation import jobs, static_check
+    from grader.isolation import jobs
+    from grader.isolation.screen import describe, screen_cells
     from grader.isolation.judge_process import JudgeProcess
 
     own = judge is None
@@ -229,11 +230,11 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
             cells = solution_cells(notebook, [first.solution_grade_id])
             deadline_s = timeout_s or deadlines[first.solution_grade_id]
             started = time.monotonic()
-            refusals = static_check.check_cells(cells, first.allowed_config,
-                                                public_names(first)) if screen else []
+            refusals = screen_cells(cells, first.allowed_config,
+                                    public_names(first)) if screen else []
             if refusals:  # refused before anything runs (the judge would refuse it too)
                 results = {k: {"status": Status.REFUSED, "problem": k,
-                               "message": static_check.describe(refusals)} for k in keys}
+                               "message": describe(refusals)} for k in keys}
             else:
                 job = jobs.job_for(keys, cells, course_root=course, sandbox=sandbox,
                                     device=device, timeout_s=deadline_s, isolation=isolation,

@@ -4,6 +4,6 @@ crosses the judge's pipe), test-cell scoring (``cell_scores``), the reference fi
 (``reference_cells``), ``judge`` (the process that decides every point and never runs
 learner code), ``subject`` (the sandboxed process that runs it and decides nothing), ``channel``
 (their messages: JSON and raw tensor bytes), ``sandbox`` (bubblewrap, limits: the one way to start
-a limited process), ``static_check`` (screens learner code before it runs: defence in depth) and
+a limited process), ``screen`` (screens learner code before it runs: defence in depth) and
 ``source`` (learner cells). Imports checks and problems only.
 """

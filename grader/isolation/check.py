@@ -7,7 +7,7 @@
 
 Everything is decided by a judge process that never runs learner code (:mod:`grader.isolation.judge`):
 the learner's code, taken from the *source* of the cell that defined ``FixedModel`` and screened
-first (:mod:`grader.isolation.static_check`), runs in a fresh sandboxed subject process that
+first (:mod:`grader.isolation.screen`), runs in a fresh sandboxed subject process that
 answers the judge's requests; the judge checks its outputs, checks and times the graph it
 compiled to, and computes every verdict. Where the course's ``source/`` folder is at hand (an
 instructor's machine), the reference solution is measured in the same run; elsewhere (a
@@ -60,20 +60,20 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference:
     (required) or 'off' (see :func:`grader.isolation.sandbox.probe`); ``isolation``: one already
     probed. ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run
     keeps one per worker; by default a new one is started). ``screen``: only the grader's own
-    tests turn the static check off, to attack what stands behind it. ``hidden_jobs``: judge a
+    tests turn the screen off, to attack what stands behind it. ``hidden_jobs``: judge a
     planning question's hidden jobs (ps3 q1) here too; by default they are judged only when
     grading, because their verdicts would tell a learner the break-even the question asks them
     to measure (:class:`grader.problems.JobPlan`): the result says so instead.
     """
-    from grader.isolation import static_check
+    from grader.isolation.screen import describe, screen_cells
 
     problem = get_problem(key, problem_module)
     learner = list(cells) if cells is not None else cells_defining(*objects)
-    refusals = static_check.check_cells(learner, problem.allowed_config,
-                                        public_names(problem, problem_module)) if screen else []
+    refusals = screen_cells(learner, problem.allowed_config,
+                            public_names(problem, problem_module)) if screen else []
     if refusals:  # said here at once; the judge screens again before anything runs
         return Evaluation(problem, {"status": Status.REFUSED, "problem": key,
-                                    "message": static_check.describe(refusals)})
+                                    "message": describe(refusals)})
     wanted = list(checks) if checks is not None else list(problem.checks)
     held_back = problem.plan is not None and not hidden_jobs and "job" in wanted
     if held_back:

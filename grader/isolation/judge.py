@@ -18,7 +18,7 @@ driver sees it, a process to send jobs to, is :mod:`grader.isolation.judge_proce
 
 The order, for one group of problems that share the learner's cells (:meth:`Judge.grade`):
 
-1. screen the learner's cells (:mod:`grader.isolation.static_check`: defence in depth, no point
+1. screen the learner's cells (:mod:`grader.isolation.screen`: defence in depth, no point
    depends on it); start the subject;
 2. ask the subject for what only it can give: the outputs of the learner's model on inputs the
    judge drew from fresh seeds, the graph of its traced call, its compile count over the
@@ -76,7 +76,7 @@ from grader.checks.declared.correctness import CHECK as CORRECTNESS
 from grader.common.phases import Phases
 from grader.checks.results import CheckOutcome, Need, ProblemResult, Status
 from grader.common.wire import Packer, ProtocolError, decode
-from grader.isolation import channel, graph_child, sandbox, static_check
+from grader.isolation import channel, graph_child, sandbox, screen
 from grader.checks.jobs import JobFigures
 from grader.isolation.judge_job import BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob
 from grader.isolation.reference_side import ReferenceSide, timed_version, traced_inputs
@@ -287,12 +287,12 @@ class Judge:
 
         # 1. The screen (defence in depth).
         first = next(iter(problems.values()))
-        refusals = static_check.check_cells(learner_cells, first.allowed_config,
-                                            public_names(first, module)) \
+        refusals = screen.screen_cells(learner_cells, first.allowed_config,
+                                       public_names(first, module)) \
             if job.screen else []
         if refusals:
             for r in results.values():
-                _stop(r, Status.REFUSED, static_check.describe(refusals))
+                _stop(r, Status.REFUSED, screen.describe(refusals))
             return self._finish(results, phases)
         # 2. The subject.
         isolation = job.isolation or sandbox.probe(job.sandbox)

@@ -117,7 +117,7 @@ class Problem:
       reference's own model run eagerly (so the speedup credited is compilation's, not a better
       algorithm's); self-check, which has no reference, keeps the given baseline and its floors.
     - ``allowed_config``: compiler settings the learner may change, as
-      ``"torch._inductor.config.NAME"``; any other change is refused (static check) or detected
+      ``"torch._inductor.config.NAME"``; any other change is refused (the screen) or detected
       (not credited).
     - ``inputs_name``: what ``make_inputs`` draws, in words ("inputs with a positive mean").
     - ``other_inputs(rng)``: the problem's other classes of inputs, ``{name: make_inputs}``

@@ -1,4 +1,4 @@
-"""The static check: every reference solution and honest demo submission passes; what forges a
+"""The screen: every reference solution and honest demo submission passes; what forges a
 grade or reads secrets is refused with its line; the same check runs in self-check."""
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 
 from grader.cohort import assign, demo
 from grader.isolation.source import Cell, solution_cells
-from grader.isolation.static_check import check_cells, describe
+from grader.isolation.screen import screen_cells, describe
 
 ROOT = assign.COURSE_ROOT
 
 
 def refused(source: str, allowed_config=()) -> list[str]:
-    return [str(r) for r in check_cells([Cell("cell 6", textwrap.dedent(source))], allowed_config)]
+    return [str(r) for r in screen_cells([Cell("cell 6", textwrap.dedent(source))], allowed_config)]
 
 
 @pytest.mark.parametrize("ps", assign.assignments(ROOT))
@@ -25,7 +25,7 @@ def test_every_reference_solution_passes(ps):
     cells = solution_cells(os.path.join(ROOT, "source", ps, f"{ps}.ipynb"))
     code = [c for c in cells if "### BEGIN SOLUTION" in c.source]
     key = next(iter(test_cells(ps).values())).problems[0]
-    assert code and check_cells(code, (), public_names(get_problem(key))) == []
+    assert code and screen_cells(code, (), public_names(get_problem(key))) == []
 
 
 def test_the_demo_personas_that_are_honest_attempts_pass():
@@ -34,7 +34,7 @@ def test_the_demo_personas_that_are_honest_attempts_pass():
     for ps, personas in demo.demo_solutions(ROOT).items():
         names = public_names(get_problem(next(iter(test_cells(ps).values())).problems[0]))
         for persona, cells in personas.items():
-            found = check_cells([Cell(gid, src) for gid, src in cells.items()], (), names)
+            found = screen_cells([Cell(gid, src) for gid, src in cells.items()], (), names)
             assert found == [], (ps, persona, found)
 
 
@@ -119,7 +119,7 @@ def test_a_config_the_problem_allows_may_be_set_at_the_top_of_the_cell():
 
 
 def test_describe_names_every_refusal():
-    text = describe(check_cells([Cell("cell 6", "import os\nimport sys\n")]))
+    text = describe(screen_cells([Cell("cell 6", "import os\nimport sys\n")]))
     assert "cell 6, line 1" in text and "cell 6, line 2" in text
 
 
@@ -137,7 +137,7 @@ def _screened_with_names(source: str, ps: str = "ps2") -> list[str]:
     from grader.problems import get_problem, public_names
 
     names = public_names(get_problem(f"{ps}.q1"))
-    return [str(r) for r in check_cells([Cell("cell 6", textwrap.dedent(source))], (), names)]
+    return [str(r) for r in screen_cells([Cell("cell 6", textwrap.dedent(source))], (), names)]
 
 
 def test_free_names_are_an_allow_list():
@@ -272,7 +272,7 @@ def test_the_namespace_modules_are_what_the_problem_sets_export():
     """The screen follows `nn.`, `F.` ... as the modules the subject's namespace binds them to."""
     import types
 
-    from grader.isolation.static_check import ALWAYS_IN_NAMESPACE, NAMESPACE_MODULES
+    from grader.isolation.screen import ALWAYS_IN_NAMESPACE, NAMESPACE_MODULES
     from grader.isolation.subject import namespace_for
 
     for ps in assign.assignments(ROOT):

@@ -1,4 +1,4 @@
-"""Screen a learner's solution cells before any of them runs: the static check.
+"""The screen: a learner's solution cells read before any of them runs (a static check).
 
 A solution to these problem sets is a few class and function definitions that call torch. Code
 that reads files, reaches the interpreter's internals, rebinds the grader's or torch's functions,
@@ -800,7 +800,7 @@ class _Screen(ast.NodeVisitor):
                                   "f-string")
 
 
-def check_cells(cells: Iterable[Cell], allowed_config: Iterable[str] = (),
+def screen_cells(cells: Iterable[Cell], allowed_config: Iterable[str] = (),
                 names: Iterable[str] | None = None) -> list[Refusal]:
     """Everything in ``cells`` the grader will not run (empty: the cells may run).
 
