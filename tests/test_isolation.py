@@ -211,7 +211,7 @@ CHEATS = [
 
 
 @pytest.mark.parametrize("cheat", CHEATS)
-def test_the_static_check_refuses_each_cheat_before_anything_runs(cheat):
+def test_the_screen_refuses_each_cheat_before_anything_runs(cheat):
     result = judge(cheat + "\n" + GOOD, screen=True)
     assert result["status"] == "refused", result
     assert "cell 5, line " in result["message"]
