@@ -20,6 +20,7 @@ import subprocess
 import nbformat
 import pytest
 
+from conftest import COHORT_SUBJECT_TIMEOUT_S
 from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
@@ -150,7 +151,7 @@ def attacked():
     os.environ["COURSE_SECRET_TEST"] = SECRET  # an instructor's secret in the grading process
     os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join([*UNSCREENED, *escape.UNSCREENED])
     try:
-        run = grade(course, [PS], workers=2)
+        run = grade(course, [PS], workers=2, subject_timeout_s=COHORT_SUBJECT_TIMEOUT_S)
     finally:
         os.environ.pop("COURSE_SECRET_TEST", None)
         os.environ.pop(UNSCREENED_FOR_TESTS_ENV, None)

@@ -25,6 +25,7 @@ import subprocess
 import nbformat
 import pytest
 
+from conftest import COHORT_SUBJECT_TIMEOUT_S
 from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
@@ -148,7 +149,8 @@ def escaped():
                                        as_version=4))
     os.environ[UNSCREENED_FOR_TESTS_ENV] = ",".join(UNSCREENED)
     try:
-        run = grade(course, [PS], workers=2, sandbox="off")
+        run = grade(course, [PS], workers=2, sandbox="off",
+                    subject_timeout_s=COHORT_SUBJECT_TIMEOUT_S)
     finally:
         os.environ.pop(UNSCREENED_FOR_TESTS_ENV, None)
     assert run.isolation.mode == "kernel", run.isolation.describe()

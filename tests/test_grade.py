@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import DEMO_SUBJECT_TIMEOUT_S
+from conftest import COHORT_SUBJECT_TIMEOUT_S
 from grader.cohort import assign, demo
 from grader._files import MARKER
 from grader.cohort.grade import grade, exit_status
@@ -61,7 +61,7 @@ def test_unreadable_submissions_score_zero_with_a_reason_and_nobody_else_is_affe
     for student, reason in (("fay_crash", "your solution was not run"),
                             ("gus_loop", "did not finish in time (an endless loop, or far too "
                                          "slow); it was stopped after "
-                                         f"{DEMO_SUBJECT_TIMEOUT_S} s")):
+                                         f"{COHORT_SUBJECT_TIMEOUT_S} s")):
         assert by_student[student].status == "graded"
         solution = next(c for c in _graded_notebook(demo_run.course, student).cells
                         if c.metadata.get("nbgrader", {}).get("grade_id") == "ps2-q1-solution")
