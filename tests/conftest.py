@@ -163,6 +163,19 @@ def graded_demo(tmp_path_factory):
 TEST_JOBS = max(1, int(os.environ.get("COURSE_TEST_JOBS") or min(2, os.cpu_count() or 1)))
 
 
+# Session fixtures meant to run once in every worker (cheap), whoever uses them.
+PER_WORKER = ("_basetemp_made_before_any_thread",)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _basetemp_made_before_any_thread(tmp_path_factory):
+    """pytest makes a worker's base temporary folder on first use, and under xdist (a base folder
+    given to each worker) it first deletes what is there: two threads of :func:`at_once` asking
+    for their first folder at once deleted the other's (chapter 11's records folder vanished
+    mid-write in a clean-clone `make test`). Made here, once, before any fixture starts threads."""
+    tmp_path_factory.getbasetemp()
+
+
 def at_once(fn, items, jobs: int | None = None) -> list:
     """``[fn(item) for item in items]``, computed ``jobs`` (default :data:`TEST_JOBS`) at a time
     in threads: for calls that wait on processes of their own (a notebook's kernel, a grading
@@ -238,7 +251,7 @@ def _session_fixtures_of_this_folder(item) -> set[str]:
             source = os.path.abspath(inspect.getsourcefile(defs[-1].func) or "")
         except TypeError:
             continue
-        if os.path.dirname(source) == TESTS_DIR:
+        if os.path.dirname(source) == TESTS_DIR and name not in PER_WORKER:
             names.add(name)
     return names
 
