@@ -53,12 +53,13 @@ setup: $(STAMP) $(addprefix setup-,$(WITH))
 
 # Re-run only when the dependency list changes; a second `make setup` does nothing. The stamp is
 # written last, so a setup that failed half-way runs again.
-# make-venv falls back to a venv without pip plus pip from PyPI where python3-venv is missing.
+# make-venv falls back to a venv without pip plus pip from PyPI where python3-venv is missing;
+# pip-install tries an install again when a download is cut off.
 $(STAMP): pyproject.toml
 	grader/tools/make-venv $(PYTHON_SYS) $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PINS)
-	$(PY) -m pip install -q -e '.[$(SETUP_EXTRAS)]'
+	grader/tools/pip-install $(PY) -q --upgrade pip
+	grader/tools/pip-install $(PY) -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH_PINS)
+	grader/tools/pip-install $(PY) -q -e '.[$(SETUP_EXTRAS)]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(BIN)/jupyter labextension enable --level=sys_prefix @jupyter/nbgrader >/dev/null
 	$(BIN)/jupyter labextension list 2>&1 | grep -q '@jupyter/nbgrader.*enabled' || { echo "make setup: nbgrader's JupyterLab extension (@jupyter/nbgrader) is not enabled"; exit 1; }
@@ -92,9 +93,9 @@ OLDEST_VENV := .venv-oldest
 OLDEST_TESTS ?= tests --ignore=tests/test_browser.py --ignore=tests/test_colab_runtime.py --ignore=tests/test_packaging.py
 $(OLDEST_VENV)/.setup-done: pyproject.toml
 	grader/tools/make-venv $(PYTHON_SYS) $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OLDEST_VENV)/bin/python -m pip install -q $(OLDEST_PINS)
-	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[course,dev]' $(OLDEST_PINS)
+	grader/tools/pip-install $(OLDEST_VENV)/bin/python -q --upgrade pip
+	grader/tools/pip-install $(OLDEST_VENV)/bin/python -q $(OLDEST_PINS)
+	grader/tools/pip-install $(OLDEST_VENV)/bin/python -q -e '.[course,dev]' $(OLDEST_PINS)
 	$(OLDEST_VENV)/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 

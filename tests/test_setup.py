@@ -69,7 +69,7 @@ def _dry_run(target: str) -> str:
 
 def test_make_setup_installs_no_system_package_and_make_test_asks_for_both():
     setup = _dry_run("setup")
-    assert "pip install" in setup
+    assert "grader/tools/pip-install" in setup    # every install is tried again on a cut download
     assert not re.search(r"apt-get|sudo|system-package", setup), setup
     test = _dry_run("test")
     assert "system-package bwrap bubblewrap" in test
@@ -138,3 +138,26 @@ def test_make_venv_without_python3_venv_falls_back_without_root(tmp_path):
     again = subprocess.run([os.path.join(ROOT, "grader", "tools", "make-venv"), python, str(venv)],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and again.stdout == ""
+
+
+def test_a_cut_off_download_is_tried_again_and_a_lasting_failure_fails(tmp_path):
+    """CI lost a setup to one download cut off at 77.3 of 79.3 MB: pip-install tries again."""
+    script = os.path.join(ROOT, "grader", "tools", "pip-install")
+    calls = tmp_path / "calls"
+    # A fake Python whose `pip install` fails until its third call (its `--help` is not counted).
+    _fake(tmp_path, "python", f'case "$*" in *--help*) exit 0;; esac\n'
+                              f'echo "$*" >> {calls}\n'
+                              f'[ "$(wc -l < {calls})" -ge 3 ]')
+    env = dict(os.environ, PIP_RETRY_DELAY_S="0")
+    proc = subprocess.run(["bash", script, str(tmp_path / "python"), "-q", "ray"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    lines = calls.read_text().splitlines()
+    assert len(lines) == 3 and all(line.startswith("-m pip install --retries 10") and
+                                   line.endswith("-q ray") for line in lines)
+    assert "attempt 2 of 4" in proc.stdout
+    calls.unlink()
+    proc = subprocess.run(["bash", script, str(tmp_path / "python"), "ray"],
+                          env=dict(env, PIP_ATTEMPTS="2"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "FAILED" in proc.stdout   # make setup stops; no stamp written
+    assert len(calls.read_text().splitlines()) == 2
