@@ -175,7 +175,11 @@ def test_an_unscreened_attack_earns_nothing_above_the_honest_model(judge, kind):
     attacked = _grade(judge, kind, attack=True)
     assert honest["status"] == "ok", honest
     assert honest["subject_leftovers"] == 0
-    assert attacked["subject_leftovers"] == 1      # the detached process: found, killed, counted
+    # The detached process: found, killed, counted. Where the subject ends soon after the attack
+    # (the job question only asks its rule), the middle process of the double fork may not have
+    # exited yet when the launcher sweeps, and is counted too (seen in clean-clone runs on two
+    # busy cores: 2).
+    assert attacked["subject_leftovers"] in (1, 2), attacked
     left = subprocess.run(["pgrep", "-f", f"sleep {SPIN_TAG}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", "a process the attack started outlived its subject"
     if attacked["status"] != "ok":     # e.g. rejected: nothing it sent was used
