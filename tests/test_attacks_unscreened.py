@@ -28,6 +28,7 @@ import runpy
 import subprocess
 
 import pytest
+import torch
 
 from grader.isolation.jobs import job_for
 from grader.isolation.reference_cells import reference_cells
@@ -191,6 +192,22 @@ def test_an_unscreened_attack_earns_nothing_above_the_honest_model(judge, kind):
             assert not got["ok"] and "as_strided" in got["message"]
     shown = json.dumps(attacked)
     assert "COURSE_SECRET" not in shown and "/work/" not in shown.replace(ROOT, "")
+
+
+def test_a_job_starts_with_autograd_on_whatever_the_last_one_left():
+    """Autograd's switch is the judge's own state. A graph the judge runs in its own process (on
+    a GPU) may turn it off and never on again (``_set_grad_enabled(False)`` is an operator a graph
+    may hold); the next job, a training problem whose reference runs backward, still grades."""
+    fresh = Judge()     # its ps5 reference side is built inside the job below
+    torch.set_grad_enabled(False)   # what such a graph leaves behind
+    try:
+        result = _grade(fresh, "training", attack=False)
+    finally:
+        torch.set_grad_enabled(True)
+        fresh.zygote.close()
+    assert result["status"] == "ok", result.get("message", result)
+    assert result["checks"]["correctness"]["ok"] is False  # the "wrong" persona, judged as such
+    assert "Traceback" not in json.dumps(result)
 
 
 def test_what_a_forged_compile_count_can_still_reach(judge):

@@ -265,6 +265,14 @@ class Judge:
     def grade(self, job: JudgeJob) -> JudgeReply:
         """Grade ``job`` (one group of problems sharing the learner's cells): each problem's
         result and the seconds of each step."""
+        # Autograd's switch is this thread's state, and a shipped graph may turn it off
+        # (``_set_grad_enabled(False)`` with no ``True`` after it) where it runs in this process
+        # (a GPU): every job starts with it on, as a fresh process does, or the next training
+        # problem's reference could not run backward.
+        with torch.enable_grad():
+            return self._grade(job)
+
+    def _grade(self, job: JudgeJob) -> JudgeReply:
         phases = Phases()
         lap = phases.lap
 
@@ -349,7 +357,8 @@ class Judge:
                                             phases, result, limit)
                 continue
             try:   # in this process (a GPU, a training step), under the time limit only
-                with _time_limit(limit), graph_artifact.extra_operators(ev.operators):
+                with _time_limit(limit), graph_artifact.extra_operators(ev.operators), \
+                        torch.enable_grad():   # as it was, whatever the graph turned off
                     result.checks = self._decide(problem, sides[key], ev, wanted[key], device,
                                                  job, lap)
             except JudgeOverrun:
