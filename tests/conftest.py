@@ -237,20 +237,6 @@ def pytest_xdist_make_scheduler(config, log):
             folder, name = os.path.split(file)
             return os.path.join(folder, _worker_unit(name))
 
-        def _reschedule(self, node) -> None:
-            # xdist gives a worker its next file once it has two tests left; a worker runs a test
-            # only when it knows the next one, so one left means it waits. Binding the next file
-            # at one left, not two, keeps it free for whichever worker ends first: with two, a
-            # worker whose second-to-last test was a long fixture took a file the idle worker
-            # could have run.
-            if node.shutting_down:
-                return
-            if not self.workqueue:
-                node.shutdown()
-                return
-            if self._pending_of(self.assigned_work[node]) <= 1:
-                self._assign_work_unit(node)
-
     return SharedFixtureScheduling(config, log)
 
 
