@@ -54,7 +54,9 @@ DEMO_SOLUTIONS["ps2"] = {
     pass
 '''},
     # Fused the same way as the reference, but each element also goes through a chain of
-    # wasted transcendental functions.
+    # wasted transcendental functions: 30 of them, about 7x the reference's time per call on the
+    # 2-core CPU (12.6 ms against 1.8 ms compiled), far from its speed target. A longer chain
+    # only made every eager call of the grading (201 of them for the recompile count) slower.
     "slow": {"ps2-q1-solution": '''class FusedGroupNormGELU(GroupNormGELU):
     def forward(self, x):
         rows, d = x.shape
@@ -63,7 +65,7 @@ DEMO_SOLUTIONS["ps2"] = {
         var = ((xs - mu) ** 2).mean(dim=-1, keepdim=True)
         y = ((xs - mu) / torch.sqrt(var + self.eps)).view(rows, d) * self.weight + self.bias
         waste = y
-        for _ in range(40):
+        for _ in range(10):
             waste = torch.sin(torch.exp(torch.tanh(waste)))
         y = y + 0.0 * waste
         return 0.5 * y * (1.0 + torch.tanh(0.7978845608 * (y + 0.044715 * y ** 3)))

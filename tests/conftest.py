@@ -126,11 +126,14 @@ class FakeClock(Clock):
 # The subject deadline of the cohorts the tests grade (graded_demo, the attack and escape
 # cohorts), whose verdicts they compare exactly. Not the measured one (60 s for ps2, three times
 # its 20 s references): beside the other pytest worker and other load (load average 7 on the
-# 2-core box), dee_slow's honest subject, which is slow on purpose, took 65 s (start 6 s,
-# capture 12 s, the rest its slow model) and lost its 7 points, and so did the attack cohort's
-# patch_cell_scores (the same slow code) in a clean-clone `make test`. The measured deadline is
-# tested on its own (tests/test_judged_autograde.py).
-COHORT_SUBJECT_TIMEOUT_S = 120
+# 2-core box), dee_slow's honest subject, which is slow on purpose, once took 65 s (start 6 s,
+# capture 12 s, the rest its slow model, then a chain of 120 wasted functions called 201 times
+# eagerly for the recompile count) and lost its 7 points, and so did the attack cohort's
+# patch_cell_scores (the same slow code) in a clean-clone `make test`. With a chain of 30 (the
+# demo's persona since 2026-12-05) the same subjects take 13-15 s alone and 20-35 s under that
+# load. gus_loop's endless loop keeps a core busy for the whole deadline. The measured deadline
+# is tested on its own (tests/test_judged_autograde.py).
+COHORT_SUBJECT_TIMEOUT_S = 90
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ import copy
 import functools
 import inspect
 import logging
+import os
 import re
 import types
 from typing import Any, Callable, Iterator
@@ -284,11 +285,33 @@ def fresh_inductor_cache() -> contextlib.AbstractContextManager:
     """A context with an empty, temporary Inductor/FX-graph cache.
 
     Kernel counts and cold compile times lie when the FX graph cache already holds the graph.
+    Inductor's probe of the CPU's vector instructions is done first, in the usual cache
+    (:func:`probe_cpu_vector_isa`): in an empty one every process would pay it again.
     """
     from torch._inductor import utils
 
+    probe_cpu_vector_isa()
     maker = getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache
     return maker()
+
+
+def probe_cpu_vector_isa() -> None:
+    """Inductor's choice of CPU vector instructions (``cpu_vec_isa.valid_vec_isa_list``), made
+    now in the usual cache folder. Inductor compiles and loads a small C++ program per candidate
+    instruction set (about 7 s on the 2-core machine), keeps each result in the cache folder and
+    the list in the process's memory. Made in an empty cache instead, the probe runs again in
+    every process; made here, it is found on disk from the second process on. Skipped where the
+    usual folder cannot be written: the probe would fail there and the process would then
+    compile scalar code."""
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    folder = inductor_cache_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return
+    if os.access(folder, os.W_OK | os.X_OK):
+        valid_vec_isa_list()
 
 
 @contextlib.contextmanager
