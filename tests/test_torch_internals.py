@@ -103,6 +103,36 @@ def test_fresh_inductor_cache_uses_a_temporary_dir():
     assert not os.path.exists(inside)
 
 
+_PROBE_THEN_FRESH = """
+import glob, os, sys, torch
+from grader.checks import _torch_internals as ti
+usual = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+if sys.argv[1] == "read-only":    # as for a user who may not write there (root writes anything)
+    _access = os.access
+    os.access = lambda path, mode: False if os.path.realpath(path) == usual else _access(path, mode)
+with ti.fresh_inductor_cache():
+    torch.compile(lambda t: t.sin() + 1)(torch.ones(4))
+print(len(glob.glob(os.path.join(usual, "**", "*.load_ok"), recursive=True)))
+"""
+
+
+@pytest.mark.parametrize("usual", ["writable", "read-only"])
+def test_the_cpu_vector_isa_is_probed_in_the_usual_cache_before_a_fresh_one(tmp_path, usual):
+    """In a new process, a compile under fresh_inductor_cache leaves Inductor's proof that the
+    CPU's vector instructions build and load (a ``.load_ok`` file per instruction set) in the
+    usual cache folder, where the next process finds it; a folder the process may not write is
+    left alone, and the compile still works (torch's own probe then runs in the fresh cache)."""
+    import subprocess
+
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.realpath(tmp_path),
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", _PROBE_THEN_FRESH, usual], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    probed = int(proc.stdout.split()[-1])
+    assert (probed > 0) == (usual == "writable"), (probed, proc.stderr[-2000:])
+
+
 def test_run_and_get_code_and_kernel_sources():
     """The one Inductor compile of this file: a fresh cache, one fused kernel, its C++ code."""
     from grader.checks import fusion

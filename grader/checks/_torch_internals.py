@@ -302,12 +302,12 @@ def probe_cpu_vector_isa() -> None:
     the list in the process's memory. Made in an empty cache instead, the probe runs again in
     every process; made here, it is found on disk from the second process on. Skipped where the
     usual folder cannot be written: the probe would fail there and the process would then
-    compile scalar code."""
+    compile scalar code (so would a folder that cannot be made; either way torch's own probe
+    then runs inside the fresh cache)."""
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
-    folder = inductor_cache_dir()
     try:
-        os.makedirs(folder, exist_ok=True)
+        folder = inductor_cache_dir()   # made if missing
     except OSError:
         return
     if os.access(folder, os.W_OK | os.X_OK):
