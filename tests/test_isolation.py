@@ -257,7 +257,10 @@ def test_nothing_the_subject_started_runs_while_the_judge_decides(mode):
 
     tag = f"{random.randint(10 ** 6, 10 ** 7)}.5"
     source = (f"import os, threading\n"
-              f"threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\n"
+              f"def _spin():\n"      # a core kept busy, memory left alone
+              f"    while True:\n"
+              f"        pass\n"
+              f"threading.Thread(target=_spin, daemon=True).start()\n"
               f"if os.fork() == 0:\n"
               f"    os.setsid()\n"
               f"    if os.fork() == 0:\n"
