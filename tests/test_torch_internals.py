@@ -133,6 +133,23 @@ def test_the_cpu_vector_isa_is_probed_in_the_usual_cache_before_a_fresh_one(tmp_
     assert (probed > 0) == (usual == "writable"), (probed, proc.stderr[-2000:])
 
 
+def test_a_second_kernel_count_generates_code_again_without_a_fresh_cache():
+    """The same function counted twice in one cache folder: without the FX graph cache the second
+    compile is lowered and generates its code again (no graph handed back whole), so both counts
+    are made from code, and they agree."""
+    from torch._dynamo.utils import counters
+
+    from grader.checks.fusion import fusion_report
+
+    def chain(x):
+        return (x.sin() * 2).cos() + 1
+
+    hits = counters["inductor"]["fxgraph_cache_hit"]
+    first, second = (fusion_report(chain, torch.randn(64)) for _ in range(2))
+    assert counters["inductor"]["fxgraph_cache_hit"] == hits
+    assert first.kernels == second.kernels == 1
+
+
 def test_run_and_get_code_and_kernel_sources():
     """The one Inductor compile of this file: a fresh cache, one fused kernel, its C++ code."""
     from grader.checks import fusion

@@ -89,15 +89,16 @@ def _device_of(args) -> str:
 
 def fusion_report(fn: Callable, *example_inputs, mode: str | None = None,
                   keep_code: bool = False, **compile_options) -> FusionReport:
-    """Compile ``fn`` with Inductor in a fresh cache and count the kernels its compiled code runs.
+    """Compile ``fn`` with Inductor and count the kernels its generated code runs.
 
-    The FX graph cache would otherwise hand back a compiled graph without generating (and
-    counting) anything; and a fresh copy of ``fn`` is compiled (see
+    The FX graph cache is off (:func:`grader.checks._torch_internals.no_compiled_graph_cache`): it
+    would otherwise hand back a compiled graph without generating (and counting) anything; the
+    kernels' own compiled-code cache still serves. A fresh copy of ``fn`` is compiled (see
     :func:`grader.checks._torch_internals.fresh_copy`), so that Dynamo's own cache of an earlier
     compile of ``fn`` (an earlier report, or the learner's ``torch.compile``) is not reused.
     ``keep_code`` keeps Inductor's wrapper module(s) in :attr:`FusionReport.code`.
     """
-    with ti.fresh_inductor_cache(), ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
+    with ti.no_compiled_graph_cache(), ti.quiet_torch_logs(), ti.own_automatic_dynamic_state(), \
             ti.outer_loop_fused_kernels() as outer_fused:
         opt = ti.compile_fresh(fn, mode=mode, **compile_options)
         _, sources = ti.run_and_get_code(opt, *example_inputs)
