@@ -131,8 +131,8 @@ class FakeClock(Clock):
 # eagerly for the recompile count) and lost its 7 points, and so did the attack cohort's
 # patch_cell_scores (the same slow code) in a clean-clone `make test`. With a chain of 30 (the
 # demo's persona since 2026-12-05) the same subjects took 13-15 s alone and 18-27 s beside the
-# other pytest worker. gus_loop's endless loop keeps a core busy for the whole deadline. The measured deadline
-# is tested on its own (tests/test_judged_autograde.py).
+# other pytest worker. gus_loop's endless loop keeps a core busy for the whole deadline. The
+# measured deadline is tested on its own (tests/test_judged_autograde.py).
 COHORT_SUBJECT_TIMEOUT_S = 90
 
 
