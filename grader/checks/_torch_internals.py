@@ -320,9 +320,8 @@ def probe_cpu_vector_isa() -> None:
     instruction set (about 7 s on the 2-core machine), keeps each result in the cache folder and
     the list in the process's memory. Made in an empty cache instead, the probe runs again in
     every process; made here, it is found on disk from the second process on. Skipped where the
-    usual folder cannot be written: the probe would fail there and the process would then
-    compile scalar code (so would a folder that cannot be made; either way torch's own probe
-    then runs inside the fresh cache)."""
+    usual folder cannot be written (the probe would fail there and the process would then
+    compile scalar code) or made: torch's own probe then runs inside the fresh cache."""
     from torch._inductor.cpu_vec_isa import valid_vec_isa_list
 
     try:
