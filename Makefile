@@ -5,8 +5,10 @@ PYTHON_SYS ?= python3
 VENV := .venv
 BIN := $(abspath $(VENV))/bin
 PY := $(BIN)/python
+# What `make setup-sandbox` / `setup-browser` unpack without root, where they cannot install.
+SYSTEM := $(abspath .system)
 # The venv's bin/ must be on PATH for nbgrader: it shells out to `alembic`.
-export PATH := $(BIN):$(PATH)
+export PATH := $(BIN):$(SYSTEM)/bin:$(PATH)
 # torch and torchvision pinned to releases that install without a network download here;
 # override e.g. `make setup TORCH_PINS="torch==2.6.0 torchvision==0.21.0"`.
 TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
@@ -16,9 +18,10 @@ TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
 TORCH_INDEX ?=
 SETUP_EXTRAS ?= course,dev
 # System packages are installed only when asked for (as root, or through passwordless sudo;
-# otherwise the exact command is printed): `make setup-sandbox` installs bubblewrap, the sandbox
-# for learner code during grading; `make setup-browser` installs chromium, for the browser tests.
-# `make setup WITH="sandbox browser"` does both with the setup. `make setup` alone needs no root.
+# otherwise unpacked without root into .system/, and where even that fails the exact command is
+# printed): `make setup-sandbox` installs bubblewrap, the sandbox for learner code during
+# grading; `make setup-browser` installs chromium, for the browser tests. `make setup
+# WITH="sandbox browser"` does both with the setup. `make setup` alone needs no root.
 WITH ?=
 STAMP := $(VENV)/.setup-done
 ASSIGNMENT ?=
@@ -68,12 +71,12 @@ $(STAMP): pyproject.toml
 
 # Phony and checked every time: nothing records an install, so a failed one is tried again.
 setup-sandbox:
-	@grader/tools/system-package bwrap bubblewrap "the sandbox for learner code during make grade"
+	@grader/tools/system-package bwrap bubblewrap "the sandbox for learner code during make grade" $(SYSTEM)
 
 # Debian's chromium. (Ubuntu's apt chromium is a snap stub: there, `.venv/bin/playwright install
 # chromium` and COURSE_CHROMIUM=<its chrome binary> for the browser tests.)
 setup-browser:
-	@grader/tools/system-package chromium chromium "the browser tests (tests/test_browser.py)"
+	@grader/tools/system-package chromium chromium "the browser tests (tests/test_browser.py)" $(SYSTEM)
 
 # The suite tests the sandbox and the browser, so it asks for both (CI runs it as root).
 # TEST_WORKERS parallel pytest workers (pytest-xdist): most of the suite's time is spent waiting on
@@ -135,10 +138,14 @@ grade: setup
 # GRADESCOPE_TIMEOUT: the assignment's time limit on Gradescope in seconds (default: the one the
 # zip's README recommends for the set: 15 minutes for ps3, 10 for the others); run_autograder
 # stops itself a minute before it and writes results.json.
+# REQUIRE_CONFINEMENT=1: the zip grades nothing where learner code cannot be confined in
+# Gradescope's container (default: it grades there under an unprivileged user id only, and the
+# results page says so).
 GRADESCOPE_TIMEOUT ?=
+REQUIRE_CONFINEMENT ?=
 gradescope: setup
 	@test -n "$(ASSIGNMENT)" || { echo "usage: make gradescope ASSIGNMENT=ps2"; exit 2; }
-	$(PY) -m grader.cli gradescope $(ASSIGNMENT) $(if $(GRADESCOPE_TIMEOUT),--timeout-s $(GRADESCOPE_TIMEOUT))
+	$(PY) -m grader.cli gradescope $(ASSIGNMENT) $(if $(GRADESCOPE_TIMEOUT),--timeout-s $(GRADESCOPE_TIMEOUT)) $(if $(REQUIRE_CONFINEMENT),--require-confinement)
 
 bench-grade: setup
 	$(PY) -m grader.cli bench-grade --out bench-results/bench-grade.md
@@ -153,7 +160,7 @@ gpu-check: setup
 # Everything the targets make: venvs, bench-results/, build/ (the demo course, Gradescope zips),
 # nbgrader's folders and database, test artifacts. submitted/ and downloads/ are the instructor's.
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) bench-results build reports autograded feedback release/.ipynb_checkpoints \
+	rm -rf $(VENV) $(OLDEST_VENV) $(SYSTEM) bench-results build reports autograded feedback release/.ipynb_checkpoints \
 		gradebook.db gradebook.db-journal .pytest_cache tests/artifacts
 	find . -name '*.egg-info' -prune -exec rm -rf {} +
 	find . -name __pycache__ -prune -exec rm -rf {} +

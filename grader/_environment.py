@@ -23,6 +23,13 @@ HUB_MULTI_COURSE = "COURSE_HUB_MULTI_COURSE"
 """``1``: several courses on one hub (read by the release's nbgrader config; docs/jupyterhub.md)."""
 SANDBOX_UID_BASE = "COURSE_SANDBOX_UID_BASE"
 """The first of the user ids given to sandboxed learner processes when grading as root."""
+LANDLOCK_ABI = "COURSE_LANDLOCK_ABI"
+"""The highest Landlock ABI the grader uses (default: the kernel's): confine as an older kernel
+would (the suite tests 1, 3, 4, 5, 6 and 7 on one machine); 0: as if the kernel had no Landlock."""
+CGROUPS = "COURSE_CGROUPS"
+"""``off``: give learner code no cgroup of its own even where one can be made (the suite tests
+the limits that hold without one); a folder: make them there (a delegated cgroup v2 folder an
+administrator prepared); default: found by trying."""
 
 # --- Set by the grader for its own child processes ----------------------------------------------
 # Child processes take these from the environment, not as options on their command line: a

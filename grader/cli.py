@@ -69,7 +69,8 @@ def _gradescope(args) -> int:
     return gradescope_main(["build", args.assignment]
                            + (["--out", args.out] if args.out else [])
                            + (["--torch-pins", args.torch_pins] if args.torch_pins else [])
-                           + (["--timeout-s", str(args.timeout_s)] if args.timeout_s else []))
+                           + (["--timeout-s", str(args.timeout_s)] if args.timeout_s else [])
+                           + (["--require-confinement"] if args.require_confinement else []))
 
 
 # Verbs whose module has a command line of its own (options, defaults and --help live there):
@@ -123,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=None,
                    help="the assignment's time limit on Gradescope (default: the one the "
                         "zip's README recommends for the set)")
+    p.add_argument("--require-confinement", action="store_true",
+                   help="the zip grades nothing where learner code cannot be confined in "
+                        "Gradescope's container (default: it grades under an unprivileged user id "
+                        "only there, and says so on the results page)")
     p.set_defaults(func=_gradescope)
     for verb, (module, text) in DELEGATED.items():
         # add_help=False: `VERB --help` reaches the module's own parser, which knows the options.

@@ -4,6 +4,7 @@ reach is tested where the judge starts it: tests/test_sandbox.py, tests/test_att
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
@@ -18,6 +19,35 @@ HEADERS = {"x86_64": "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
            "aarch64": "/usr/include/asm-generic/unistd.h"}
 
 
+def _run_filter(program, arch: str, nr: int, args=(0,) * 6) -> int:
+    """What the kernel's classic-BPF interpreter returns for one call (the instructions this
+    module emits: loads of seccomp_data words, JEQ/JGE/JSET jumps, returns)."""
+    import struct
+
+    args = [*args, *[0] * (6 - len(args))]
+    data = struct.pack("=iIQ6Q", nr, confine._AUDIT_ARCH[arch], 0,
+                       *[a & 0xFFFFFFFFFFFFFFFF for a in args])
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = program[pc]
+        if code == confine._LD_W_ABS:
+            acc = struct.unpack_from("=I", data, k)[0]
+        elif code == confine._RET:
+            return k
+        else:
+            taken = {confine._JEQ: acc == k, confine._JGE: acc >= k,
+                     confine._JSET: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        pc += 1
+
+
+ALLOW, NOTIFY = confine._RET_ALLOW, confine._RET_USER_NOTIF
+
+
+def _errno(value: int) -> int:
+    return value & 0xFFFF if value & 0xFFFF0000 == confine._RET_ERRNO else -1
+
+
 @pytest.mark.parametrize("arch", sorted(HEADERS))
 def test_the_seccomp_filter_refuses_the_system_calls_it_names(arch):
     # The numbers are typed into confine.py: each is checked against the kernel headers installed
@@ -28,18 +58,59 @@ def test_the_seccomp_filter_refuses_the_system_calls_it_names(arch):
     numbers = {name: int(nr) for name, nr in
                re.findall(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", header)}
     table = {**{"x86_64": confine._X86_64, "aarch64": confine._AARCH64}[arch], **confine._COMMON,
+             **confine.targeted_calls(arch), **confine._OWNER_CALLS[arch],
+             "prctl": confine._PRCTL[arch], "seccomp": confine._SECCOMP[arch],
              "clone": confine.CLONE[arch], "clone3": confine.CLONE3}
     wrong = {name: (nr, numbers[name]) for name, nr in table.items()
              if name in numbers and numbers[name] != nr}
     assert wrong == {}, wrong
-    program = confine.seccomp_program(arch, block_metadata=True)
-    refused = {insn[3] for insn in program if insn[0] == confine._JEQ}
-    assert set(table.values()) <= refused
-    assert program[-1] == (confine._RET, 0, 0, confine._RET_ALLOW)
-    # Metadata calls are refused only where learner code shares the grader's user id.
-    lenient = {insn[3] for insn in confine.seccomp_program(arch, block_metadata=False)
-               if insn[0] == confine._JEQ}
-    assert table.get("fchmodat") not in lenient and table["socket"] in lenient
+    strict = confine.seccomp_program(arch, confine.Policy(shares_uid=True, refuse_memfd=True,
+                                                          refuse_fallocate=True))
+    lenient = confine.seccomp_program(arch, confine.Policy())
+    base = {**{"x86_64": confine._X86_64, "aarch64": confine._AARCH64}[arch], **confine._COMMON}
+    for name, nr in base.items():
+        assert _errno(_run_filter(strict, arch, nr)) > 0, name
+        assert (_run_filter(lenient, arch, nr) == ALLOW) == (name in confine._CONDITIONAL), name
+    assert _errno(_run_filter(strict, arch, base["socket"])) == errno.EACCES
+    assert _errno(_run_filter(strict, arch, base["fallocate"])) == errno.EOPNOTSUPP
+    assert _run_filter(strict, arch, numbers.get("read", 0 if arch == "x86_64" else 63)) == ALLOW
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_where_learner_code_shares_the_graders_user_id_calls_naming_a_process_are_supervised(arch):
+    program = confine.seccomp_program(arch, confine.Policy(shares_uid=True))
+    calls = confine.targeted_calls(arch)
+    # Aimed at the caller itself (id 0): allowed as they are; at any other: the launcher decides.
+    for name in ("kill", "prlimit64", "sched_setaffinity", "sched_setscheduler"):
+        assert _run_filter(program, arch, calls[name], (0, 0)) == ALLOW, name
+        assert _run_filter(program, arch, calls[name], (1234, 0)) == NOTIFY, name
+    for name in ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal"):
+        assert _run_filter(program, arch, calls[name], (1234, 1234, 9)) == NOTIFY, name
+    assert _run_filter(program, arch, calls["setpriority"], (0, 0, 19)) == ALLOW
+    for which, who in ((0, 1234), (1, 0), (2, 1000)):          # a process, a group, a user
+        assert _run_filter(program, arch, calls["setpriority"], (which, who, 19)) == NOTIFY
+    assert _run_filter(program, arch, calls["ioprio_set"], (1, 0, 0)) == ALLOW
+    assert _run_filter(program, arch, calls["ioprio_set"], (3, 1000, 0)) == NOTIFY
+    owner = confine._OWNER_CALLS[arch]
+    assert _errno(_run_filter(program, arch, owner["fcntl"], (3, confine._F_SETOWN, 1))) == errno.EPERM
+    assert _run_filter(program, arch, owner["fcntl"], (3, 1, 0)) == ALLOW       # F_GETFD
+    assert _errno(_run_filter(program, arch, owner["ioctl"], (3, confine._FIOSETOWN))) == errno.EPERM
+    assert _run_filter(program, arch, owner["ioctl"], (3, 0x5401)) == ALLOW      # TCGETS
+    assert _errno(_run_filter(program, arch, confine._PRCTL[arch], (4, 0))) == errno.EPERM
+    assert _run_filter(program, arch, confine._PRCTL[arch], (15, 0)) == ALLOW    # PR_SET_NAME
+    # A grader running as root gives learner code a user id of its own: the kernel decides.
+    own = confine.seccomp_program(arch, confine.Policy())
+    assert _run_filter(own, arch, calls["kill"], (1234, 9)) == ALLOW
+
+
+def test_the_landlock_abi_can_be_capped_as_an_older_kernel_would_have_it(monkeypatch):
+    real = confine.kernel_landlock_abi()
+    monkeypatch.setenv("COURSE_LANDLOCK_ABI", "3")
+    assert confine.landlock_abi() == min(3, real)
+    monkeypatch.setenv("COURSE_LANDLOCK_ABI", "0")
+    assert confine.landlock_abi() == 0
+    with pytest.raises(confine.Unavailable):
+        confine.landlock(["/usr"], [], [])
 
 
 def test_the_subreaper_finds_a_double_forked_child_in_a_new_session():

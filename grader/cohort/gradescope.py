@@ -229,7 +229,8 @@ def default_time_limit_s(assignment: str) -> float:
         else float(GRADESCOPE_DEFAULT_TIMEOUT_S)
 
 
-def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
+def autograder_readme(assignment: str, expected: str, timeout_s: float,
+                      require_confinement: bool = False) -> str:
     """The zip's own README.md: what to upload, which of Gradescope's settings to raise and to
     what (from :func:`measured`), and how the autograder behaves."""
     row = measured(assignment)
@@ -281,19 +282,32 @@ def autograder_readme(assignment: str, expected: str, timeout_s: float) -> str:
               f"- `course/`: the `grader` package and `source/{assignment}/` (this set's reference "
               "solution).", "",
               "## Isolation", "",
-              "bubblewrap is used when it can run in Gradescope's container (Docker's defaults "
-              "usually forbid the user namespaces it needs). Without it, learner code gets the "
-              "kernel's confinement where the container allows it (Landlock, seccomp, every "
-              "process it starts killed and counted), and in any case an unprivileged user id "
-              "(the grader runs as root there), and `course/source/` is closed to it "
-              "(`chmod 700`) before anything runs; `results.json` records which "
-              "(`extra_data.isolation`).", ""]
+              isolation_plan(require_confinement), "",
+              "The results page of every submission says which it got (its first lines), and so "
+              "does `extra_data.isolation` in `results.json`.", ""]
     return "\n".join(lines)
+
+
+def isolation_plan(require_confinement: bool) -> str:
+    """What a zip built with ``require_confinement`` does about confining learner code in
+    Gradescope's container (its README and ``make gradescope``'s output say it)."""
+    plan = ("In each container, bubblewrap is tried first (Docker's defaults usually forbid the "
+            "user namespaces it needs), then the kernel's confinement (Landlock, seccomp, a user "
+            "id of its own, every process it starts killed and counted), each for real; "
+            "`course/source/` is closed to learner code (`chmod 700`) before anything runs.")
+    if require_confinement:
+        return plan + (" This zip REQUIRES one of them: where neither runs, no submission is "
+                       "graded, and the results page says why (built with `make gradescope "
+                       "REQUIRE_CONFINEMENT=1`).")
+    return plan + (" Where neither runs, learner code gets an unprivileged user id and limits "
+                   "only, and the results page says so (`make gradescope REQUIRE_CONFINEMENT=1` "
+                   "builds a zip that grades nothing there instead).")
 
 
 def build_autograder(assignment: str, out: str | None = None, course: str = COURSE_ROOT,
                      torch_pins: str | None = None,
-                     timeout_s: float | None = None) -> str:
+                     timeout_s: float | None = None,
+                     require_confinement: bool = False) -> str:
     """Write the Gradescope autograder zip of ``assignment`` (default
     ``build/gradescope/ASSIGNMENT-autograder.zip`` in ``course``) and return its path.
 
@@ -301,7 +315,9 @@ def build_autograder(assignment: str, out: str | None = None, course: str = COUR
     torchvision releases, :func:`installed_torch_pins`). ``timeout_s``: the assignment's time
     limit on Gradescope (default: the one the zip's README recommends,
     :func:`default_time_limit_s`); ``run_autograder`` stops itself ``DEADLINE_MARGIN_S`` before
-    it. Raises
+    it. ``require_confinement``: where neither bubblewrap nor kernel confinement can run in
+    Gradescope's container, grade nothing (the results page says why) instead of grading with
+    an unprivileged user id only. Raises
     ``FileNotFoundError`` when ``source/ASSIGNMENT/`` has no notebook."""
     folder = os.path.join(course, files.SOURCE, assignment)
     if not os.path.isdir(folder) or not any(n.endswith(".ipynb") for n in os.listdir(folder)):
@@ -312,10 +328,12 @@ def build_autograder(assignment: str, out: str | None = None, course: str = COUR
     timeout_s = default_time_limit_s(assignment) if timeout_s is None else timeout_s
     out = out or os.path.join(course, "build", "gradescope", f"{assignment}-autograder.zip")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    config = {"assignment": assignment, "deadline_s": max(timeout_s - DEADLINE_MARGIN_S, 0)}
+    config = {"assignment": assignment, "deadline_s": max(timeout_s - DEADLINE_MARGIN_S, 0),
+              "require_confinement": bool(require_confinement)}
     expected = os.path.basename(_source_notebook(course, assignment))
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("README.md", autograder_readme(assignment, expected, timeout_s))
+        zf.writestr("README.md", autograder_readme(assignment, expected, timeout_s,
+                                                   require_confinement))
         _write_executable(zf, "setup.sh", setup_sh(torch_pins or installed_torch_pins()))
         _write_executable(zf, "run_autograder", RUN_AUTOGRADER.format())
         for path, name in _course_files(course, assignment):
@@ -430,6 +448,8 @@ def results_json(assignment: str, course: str, result=None, failure: str = "",
     maximum = sum(t["max_score"] for t in tests)
     lines = [f"{assignment}: {score:g} of {maximum:g} autograded points"
              + (f" ({os.path.basename(notebook)})" if notebook else "") + "."]
+    if isolation:
+        lines.append(f"Your code ran in: {isolation}.")
     if failure:
         lines.append(f"Your submission could not be graded: {failure}")
     elif pending:
@@ -546,6 +566,10 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
         isolation = sandbox_mod.probe(sandbox)
         state["isolation"] = isolation.describe()
         print(f"isolation of learner code: {isolation.describe()}", flush=True)
+        if isolation.mode == "none" and config.get("require_confinement"):
+            raise sandbox_mod.SandboxUnavailable(
+                f"learner code cannot be confined in this container ({isolation.reason}), and "
+                f"this autograder was built to require it")
         if os.geteuid() == 0 and os.path.isdir(os.path.join(course, files.SOURCE)):
             # Only the judge (this user) reads the reference solution; learner code, which runs
             # under an unprivileged user id without bubblewrap, cannot enter the folder.
@@ -572,8 +596,8 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
     except Stopped as exc:
         pending = exc.reason
     except sandbox_mod.SandboxUnavailable as exc:
-        pending = (f"the sandbox this autograder requires cannot run here ({exc}): "
-                   "tell your instructor")
+        pending = (f"the sandbox this autograder requires cannot run here ({exc}); nothing was "
+                   "graded: tell your instructor")
     except Exception as exc:  # noqa: BLE001 (a grader bug must still reach the student as a reason)
         traceback.print_exc(file=sys.stdout)     # stdout: shown to instructors only
         pending = (f"the grader failed ({type(exc).__name__}: {str(exc)[:300]}); this is not a "
@@ -603,6 +627,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"{GRADESCOPE_DEFAULT_TIMEOUT_S} s for a set not measured); "
                         f"run_autograder stops itself {DEADLINE_MARGIN_S} s before it and writes "
                         f"{files.GRADESCOPE_RESULTS}")
+    p.add_argument("--require-confinement", action="store_true",
+                   help="grade nothing where learner code cannot be confined in Gradescope's "
+                        "container (neither bubblewrap nor the kernel's Landlock and seccomp), "
+                        "instead of grading it under an unprivileged user id only")
     p = sub.add_parser("run", help="grade ROOT/submission/ into ROOT/results/results.json")
     p.add_argument("--root", default=None, help=f"default: ${ROOT_ENV} or {DEFAULT_ROOT}")
     p.add_argument("--assignment", default=None)
@@ -610,10 +638,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "build":
         path = build_autograder(args.assignment, args.out, torch_pins=args.torch_pins,
-                                timeout_s=args.timeout_s)
+                                timeout_s=args.timeout_s,
+                                require_confinement=args.require_confinement)
         expected = os.path.basename(_source_notebook(COURSE_ROOT, args.assignment))
         print(f"{path}: upload it as the autograder of a Gradescope programming assignment "
               f"(students submit {expected})")
+        print(f"isolation: {isolation_plan(args.require_confinement)}")
         return 0
     try:
         grade_submission(args.root, args.assignment, sandbox=args.sandbox)

@@ -9,18 +9,27 @@ learner code: it
    process below it that loses its parent (double-forked, ``setsid``, an empty environment: it
    does not matter) becomes its child, never init's;
 2. forks the child that will run PROGRAM, which, before ``exec``, closes every descriptor but its
-   standard ones and the reply channel, and puts on the layers the spec asks for: Landlock,
-   another user id (root only), the parent-death signal, seccomp (:mod:`grader.isolation.confine`;
-   under bubblewrap they are a second wall, where they work; without it they are required);
+   standard ones and the reply channel, starts a session of its own, asks the kernel to kill it
+   first when memory runs out (``oom_score_adj`` 1000), and puts on the layers the spec asks for:
+   a user namespace of its own (an ordinary user's learner code: its own process count),
+   Landlock, another user id (root only), the parent-death signal, seccomp
+   (:mod:`grader.isolation.confine`; under bubblewrap they are a second wall, where they work;
+   without it they are required). Where learner code shares the grader's user id, seccomp hands
+   the launcher a listener: every call of the child's that names another process waits for the
+   launcher's decision (:class:`grader.isolation.supervise.Supervisor`);
 3. waits until that child ends, or the caller closes the control pipe (its time is up), or
-   SIGTERM; then kills every process still below it (and, with a user id of its own, every process
-   of that user id, with ``kill(-1)`` as that user: one call the kernel makes atomic with respect
-   to ``fork``), reaps them, and counts them;
-4. writes one JSON line to the report pipe: the child's wait status, the processes it left
+   SIGTERM, answering those calls meanwhile, and every :data:`grader.isolation.usage.POLL_S`
+   measures what it holds where nothing else bounds it (without bubblewrap: its folder and the
+   deleted files its processes keep, by file descriptor; without a process count of its own: its
+   processes and threads); past a limit it stops;
+4. kills every process still below it (and, with a user id of its own, every process of that user
+   id, with ``kill(-1)`` as that user: one call the kernel makes atomic with respect to ``fork``),
+   reaps them, and counts them;
+5. writes one JSON line to the report pipe: the child's wait status, the processes it left
    running (``leftovers``: killed), what could not be killed (``survivors``), a limit it stopped
-   the child for (``exceeded``: without bubblewrap it measures the folder the child may write,
-   which has no size-limited filesystem of its own), and a setup error if the child never
-   reached ``exec``; then exits as the child did (its code, or its signal).
+   the child for (``exceeded``, and ``why``), the calls it refused (``refused_calls``), and a
+   setup error if the child never reached ``exec``; then exits as the child did (its code, or its
+   signal).
 
 Nothing learner code can reach holds the report or the control pipe: both are closed in the
 child before it is confined.
@@ -31,34 +40,43 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 
-from grader.isolation import confine
+from grader.isolation import confine, supervise, usage
 
 SWEEP_S = 10.0        # how long the launcher keeps killing what is below it
-DISK_POLL_S = 0.5     # how often it measures the folder learner code may write (no bubblewrap)
-DISK_MAX_ENTRIES = 100_000    # files and folders there before it counts as full
+OOM_SCORE_ADJ = 1000  # the child first in line when the machine runs out of memory
 
 
-def _child(spec: dict, uid: int | None, program: list[str], error_w: int) -> None:
+def _child(spec: dict, uid: int | None, program: list[str], error_w: int,
+           listener_w: socket.socket) -> None:
     """In the forked child: confine, then exec PROGRAM; never returns."""
     try:
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
-        keep = {0, 1, 2, error_w, *spec.get("keep_fds", ())}
+        keep = {0, 1, 2, error_w, listener_w.fileno(), *spec.get("keep_fds", ())}
         for name in os.listdir("/proc/self/fd"):
             if int(name) not in keep:
                 try:
                     os.close(int(name))
                 except OSError:
                     pass
+        # A session of its own: no signal to its process group reaches the launcher.
+        os.setsid()
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write(str(OOM_SCORE_ADJ))
         layers = spec.get("layers", "none")
         if layers != "none":
-            _confine(spec, uid, required=layers == "required")
+            listener = _confine(spec, uid, required=layers == "required")
+            if listener is not None:
+                socket.send_fds(listener_w, [b"L"], [listener])
+                os.close(listener)
         elif uid is not None:
             confine.drop_to(uid)
+        listener_w.close()
         env = dict(os.environ)
         env.update(spec.get("env") or {})
         os.execve(program[0], program, env)
@@ -69,22 +87,31 @@ def _child(spec: dict, uid: int | None, program: list[str], error_w: int) -> Non
             os._exit(126)
 
 
-def _confine(spec: dict, uid: int | None, *, required: bool) -> None:
-    """The layers, in the order they need: no_new_privs, Landlock (as root still, so that every
-    allowed path can be opened), the user id, the parent-death signal, seccomp last."""
+def _confine(spec: dict, uid: int | None, *, required: bool) -> int | None:
+    """The layers, in the order they need: no_new_privs, the user namespace (its maps are written
+    in /proc, which Landlock then closes), Landlock (as root still, so that every allowed path
+    can be opened), the user id, the parent-death signal, seccomp last. Returns seccomp's
+    listener where calls are to be supervised."""
     def attempt(layer, *args, **kwargs):
         try:
-            layer(*args, **kwargs)
+            return layer(*args, **kwargs)
         except confine.Unavailable:
             if required:
                 raise
+        return None
 
     confine.set_no_new_privs()
+    if spec.get("nproc"):       # inside bubblewrap's user namespace: counted there
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(spec["nproc"]),) * 2)
+    if spec.get("userns_tasks"):
+        confine.own_user_namespace(int(spec["userns_tasks"]))
     attempt(confine.landlock, spec.get("read", ()), spec.get("write", ()), spec.get("devices", ()))
     if uid is not None:
         confine.drop_to(uid)
     confine.die_with_parent()
-    attempt(confine.install_seccomp, block_metadata=bool(spec.get("block_metadata")))
+    return attempt(confine.install_seccomp, confine.Policy(**spec.get("policy", {})))
 
 
 def _reap(child: int) -> int | None:
@@ -139,24 +166,51 @@ def sweep(child: int, uid: int | None) -> tuple[set[int], set[int], int | None]:
     return killed, confine.descendants(me), status
 
 
-def disk_used(folder: str, limit: int) -> int:
-    """Bytes written below ``folder`` (``limit + 1`` as soon as that is passed, or when it holds
-    more than :data:`DISK_MAX_ENTRIES` entries: the count stays cheap)."""
-    used, entries, todo = 0, 0, [folder]
-    while todo:
-        try:
-            with os.scandir(todo.pop()) as it:
-                for entry in it:
-                    entries += 1
-                    st = entry.stat(follow_symlinks=False)
-                    used += st.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        todo.append(entry.path)
-                    if used > limit or entries > DISK_MAX_ENTRIES:
-                        return limit + 1
-        except OSError:
-            continue
-    return used
+class Watch:
+    """What the launcher measures of the processes below it, where nothing else bounds it: the
+    disk they hold (``disk``: the folder they may write, and the deleted files they keep open or
+    mapped) and their processes and threads (``tasks``)."""
+
+    def __init__(self, spec: dict, owner: int):
+        self.disk = spec.get("disk") or {}
+        self.tasks = spec.get("tasks")
+        self.owner = owner
+        self.seen: dict = {}
+        self.rounds = 0
+        self.devices: set[int] = set()
+        if self.disk:
+            try:
+                self.devices.add(os.stat(self.disk["folder"]).st_dev)
+            except OSError:
+                pass
+
+    @property
+    def active(self) -> bool:
+        return bool(self.disk or self.tasks)
+
+    def measure(self, below: set[int]) -> usage.Over | None:
+        self.rounds += 1
+        if self.tasks and usage.task_count(below) > self.tasks:
+            return usage.Over("processes", f"more than {self.tasks} processes and threads")
+        if not self.disk:
+            return None
+        limit = int(self.disk["bytes"])
+        used = usage.folder_usage(self.disk["folder"], limit, seen=self.seen)
+        if isinstance(used, usage.Over):
+            return used
+        held = usage.held_usage(below, owner=self.owner, devices=self.devices, seen=self.seen,
+                                with_maps=self.rounds % usage.MAPS_EVERY == 1,
+                                file_bytes=int(self.disk.get("file_bytes") or limit))
+        if isinstance(held, usage.Over):
+            return held
+        if used + held > limit:
+            return usage.Over("disk", "" if not held else "counting files it deleted but kept")
+        return None
+
+
+def _below(me: int) -> set[int]:
+    found = usage.children_tree(me)
+    return confine.descendants(me) if found is None else found
 
 
 def _report(fd: int, report: dict) -> None:
@@ -188,11 +242,22 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.update(asked=True))
     error_r, error_w = os.pipe2(os.O_CLOEXEC)
+    listener_r, listener_w = socket.socketpair()
     child = os.fork()
     if child == 0:
         os.close(error_r)
-        _child(spec, uid, program, error_w)
+        listener_r.close()
+        _child(spec, uid, program, error_w, listener_w)
     os.close(error_w)
+    listener_w.close()
+    supervisor = None
+    try:
+        _, fds, _, _ = socket.recv_fds(listener_r, 1, 1)
+    except OSError:
+        fds = []
+    listener_r.close()
+    if fds:
+        supervisor = supervise.Supervisor(fds[0], os.getpid())
     # The launcher keeps only its stderr: the child alone holds the caller's stdin and channel,
     # so the caller sees them end when the child (and what it started) ends.
     null = os.open(os.devnull, os.O_RDWR)
@@ -205,13 +270,17 @@ def main(argv: list[str] | None = None) -> int:
         error += chunk
     os.close(error_r)
 
-    # Without bubblewrap there is no size-limited /tmp: the folder learner code may write is
-    # measured instead, and everything is stopped once it holds more than the limit.
-    disk = spec.get("disk") or {}
-    exceeded = ""
+    # Without bubblewrap there is no size-limited /tmp: what learner code holds on disk is
+    # measured instead, and everything is stopped once it holds more than the limit; so are its
+    # processes where no process count of its own bounds them.
+    watch = Watch(spec, uid if uid is not None else os.geteuid())
+    over = None
     status = None
+    waiting = [wake_r, control_fd] + ([supervisor.listener] if supervisor else [])
+    next_measure = time.monotonic()
     while status is None and not stop["asked"]:
-        ready = select.select([wake_r, control_fd], [], [], DISK_POLL_S if disk else 5.0)[0]
+        timeout = max(0.0, next_measure - time.monotonic()) if watch.active else 5.0
+        ready = select.select(waiting, [], [], timeout)[0]
         if wake_r in ready:
             try:
                 os.read(wake_r, 4096)
@@ -219,10 +288,15 @@ def main(argv: list[str] | None = None) -> int:
                 pass
         if control_fd in ready:
             stop["asked"] = True
+        if supervisor and supervisor.listener in ready:
+            supervisor.serve()
         status = _reap(child)
-        if status is None and disk and disk_used(disk["folder"], disk["bytes"]) > disk["bytes"]:
-            exceeded = "disk"
-            break
+        # Measured on time however many calls wait to be decided.
+        if status is None and watch.active and time.monotonic() >= next_measure:
+            over = watch.measure(_below(os.getpid()))
+            next_measure = time.monotonic() + usage.POLL_S
+            if over is not None:
+                break
     killed, survivors, ended = sweep(child, uid)
     status = status if status is not None else ended
     if status is None:   # killed in the sweep but not yet reaped
@@ -230,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     _report(report_fd, {"status": status, "leftovers": sorted(killed),
                         "survivors": sorted(survivors), "uid": uid,
                         "error": error.decode(errors="replace"), "stopped": stop["asked"],
-                        "exceeded": exceeded})
+                        "exceeded": over.what if over else "", "why": over.why if over else "",
+                        "refused_calls": supervisor.refused if supervisor else 0})
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.set_wakeup_fd(-1)

@@ -27,6 +27,7 @@ COPY_DIR = "learner-python"
 NOT_COPIED = {"site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo",
               "ensurepip", "lib2to3"}
 MARKER = ".made-from"
+LAYOUT = "with-headers"     # what a copy holds: one made before this changed is made again
 
 
 class Unavailable(OSError):
@@ -121,7 +122,8 @@ def _identity() -> str:
     names (a venv copied or moved elsewhere has other packages: its copy is made again)."""
     exe = _base_executable()
     st = os.stat(exe)
-    return f"{exe} {st.st_size} {st.st_mtime_ns} {sys.version} {sysconfig.get_paths()['purelib']}\n"
+    return (f"{exe} {st.st_size} {st.st_mtime_ns} {sys.version} "
+            f"{sysconfig.get_paths()['purelib']} {LAYOUT}\n")
 
 
 def _ensure_copy(home: str) -> None:
@@ -174,6 +176,13 @@ def _make_copy(home: str) -> None:
                 os.symlink(os.readlink(src), dst)
             else:
                 _link_or_copy(src, dst)
+    # The C headers: Inductor's C++ kernels for the CPU include Python.h from the interpreter's
+    # own prefix, which is the copy's.
+    headers = sysconfig.get_paths()["include"]
+    if os.path.isdir(headers):
+        shutil.copytree(headers, os.path.join(home, "include", os.path.basename(headers)),
+                        copy_function=_link_or_copy)
+        os.chmod(os.path.join(home, "include"), 0o755)
     # The venv's own packages, as they are (the landmark lib/pythonX.Y/os.py makes the copy its
     # own prefix; its site-packages is the venv's).
     os.symlink(sysconfig.get_paths()["purelib"], os.path.join(target, "site-packages"))

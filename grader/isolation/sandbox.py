@@ -48,7 +48,7 @@ import threading
 import time
 
 from grader import _environment as environment
-from grader.isolation import channel, confine, learner_python
+from grader.isolation import cgroups, channel, confine, learner_python, usage
 
 GIB = 1024 ** 3
 # Unprivileged user ids for sandboxes started by root: far above real users and the ranges
@@ -73,7 +73,9 @@ class Limits:
     """What one sandboxed process (and everything it starts) may use."""
 
     timeout_s: float | None = 300.0
-    memory_bytes: int | None = 6 * GIB     # address space per process; ignored on CUDA
+    # Address space per process (not on CUDA, which reserves far more than it uses), and the
+    # memory of its cgroup where it gets one (:mod:`grader.isolation.cgroups`, CUDA too).
+    memory_bytes: int | None = 6 * GIB
     processes: int | None = None           # tasks (processes + threads); None: scales with cores
     disk_bytes: int = 2 * GIB              # what it may write: the private /tmp, or its home
     file_bytes: int = 2 * GIB              # the largest file it may write
@@ -104,10 +106,11 @@ class Isolation:
         counted = "every process it starts killed and counted when it ends"
         if self.sandboxed:
             return ("bubblewrap sandbox (own filesystem view, no network, own user and PID "
-                    f"namespace; {counted})")
+                    f"namespace; {counted}); {limits_words(self)}")
         if self.mode == "kernel":
             why = f" ({self.reason})" if self.reason else ""
-            return f"kernel confinement without bubblewrap{why}: {kernel_layers()}; {counted}"
+            return (f"kernel confinement without bubblewrap{why}: {kernel_layers()}; {counted}; "
+                    f"{limits_words(self)}")
         user = (" (learner code runs as an unprivileged user id)"
                 if drops_privileges_unsandboxed() else "")
         return (f"NO sandbox: {self.reason}" if self.reason else "NO sandbox") + user
@@ -121,9 +124,9 @@ class Isolation:
                     "gradebook or other submissions, write anything outside its own temporary "
                     "folder, reach the network, or signal, trace or read the memory, environment "
                     "or maps of the judge or of another submission's process; every process it "
-                    "starts is killed and counted when it ends. It can still see which paths "
-                    "exist (not their contents) and which processes run, and it shares the "
-                    "machine's CPU and memory within its limits (docs/trust.md).")
+                    "starts is killed and counted when it ends; it sees no other process in "
+                    "/proc. It can still see which paths exist (not their contents), and it "
+                    "shares the machine's CPU and memory within its limits (docs/trust.md).")
         can = ("under a user id of its own with limits and deadlines only: it can read every "
                "file other users may read (source/ unless closed to them, other submissions) and "
                "print it into its feedback; the grading user's other files and processes are "
@@ -199,16 +202,38 @@ def kernel_layers() -> str:
     line of ``make grade`` and Gradescope's results)."""
     abi = min(confine.landlock_abi(), confine.KNOWN_ABI)
     own = os.geteuid() == 0
-    walls = ["reads only the system, Python and the grader package", "writes only its own folder"]
+    walls = ["reads only the system, Python and the grader package",
+             "of /proc only its own folder", "writes only its own folder"]
     if abi >= 4:
         walls.append("no TCP")
     if abi >= 6:
         walls.append("no signal or abstract socket to any process outside")
     walls.append("no ptrace or /proc memory, environ or maps of any process outside")
     calls = "no socket, namespace, io_uring, ptrace, keyring or IPC" + (
-        "" if own else "; no chmod, chown, utime or xattr")
+        "" if own else "; no chmod, chown, utime or xattr; a signal, limit or priority only for "
+                       "its own processes (decided by its launcher)")
     user = "a user id of its own" if own else "the grader's user id (the grader is not root)"
     return f"Landlock ABI {abi} ({'; '.join(walls)}), seccomp ({calls}), no_new_privs, {user}"
+
+
+def limits_words(isolation: "Isolation") -> str:
+    """How memory, processes and disk are bounded for learner code here, in words."""
+    group = cgroups.available()
+    own_uid = os.geteuid() == 0 and (isolation.sandboxed or isolation.mode == "kernel"
+                                     or drops_privileges_unsandboxed())
+    if group is not None:
+        memory = f"memory in a cgroup v{group.version} of its own (shared memory counted)"
+    else:
+        memory = ("memory by address space" + ("" if isolation.sandboxed else ", no memfd")
+                  + f" (no cgroup: {cgroups.why_not()})")
+    counting = task_accounting(isolation, own_uid=own_uid, group=group)
+    tasks = {"uid": "processes counted by its user id", "cgroup": "processes counted by its cgroup",
+             "userns": "processes counted in a user namespace of its own",
+             "shared": "processes on top of the grader user's, stopped past its own count"
+             }[counting]
+    disk = ("disk in a size-limited /tmp" if isolation.sandboxed else
+            f"disk measured every {usage.POLL_S:g} s by file descriptor, no fallocate")
+    return f"{memory}; {tasks}; {disk}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +310,8 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
     user id when :func:`switches_user` (see :func:`run`, which takes and gives one back).
     """
     env = dict(env if env is not None else environment())
-    prefix = _prlimit(limits, device, uid)
+    prefix = _prlimit(limits, device, _nproc(limits, "uid" if uid is not None and
+                                             os.geteuid() == 0 else "shared"))
     if not isolation.sandboxed:
         drop = []
         if uid is not None:
@@ -302,11 +328,11 @@ def command(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
     return prefix + box + list(argv)
 
 
-def _prlimit(limits: Limits, device: str, uid: int | None) -> list[str]:
+def _prlimit(limits: Limits, device: str, nproc: int | None) -> list[str]:
     if not shutil.which("prlimit"):
         return []
     return ["prlimit", *(f"--{name}={value}" for name, value in
-                         child_limits(limits, device, uid).items()), "--"]
+                         child_limits(limits, device, nproc).items()), "--"]
 
 
 def _bwrap(*, limits: Limits, read_only, writable, env: dict[str, str], cwd: str | None,
@@ -334,7 +360,10 @@ def _bwrap(*, limits: Limits, read_only, writable, env: dict[str, str], cwd: str
     for name in ETC_FILES:
         if os.path.lexists("/etc/" + name):
             box += ["--ro-bind-try", "/etc/" + name, "/etc/" + name]
+    # bubblewrap's /dev holds a /dev/shm the sandbox's user may write without a size (an
+    # ordinary user's): a tmpfs of 1 MiB takes its place.
     box += ["--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev",
+            "--size", str(2 ** 20), "--tmpfs", "/dev/shm",
             "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", "/tmp"]
     for path in _gpu_devices(device):
         box += ["--dev-bind", path, path]
@@ -355,25 +384,40 @@ def _gpu_devices(device: str) -> list[str]:
 # Device files every process may read and write (and ioctl: Landlock's IOCTL_DEV right).
 COMMON_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Of /proc and /sys, what a compile reads: the process's own /proc folder (``/proc/self`` is
+# opened by the confined process itself, so the rule is on its own), the processors and memory
+# (Inductor picks its vector instructions from /proc/cpuinfo), the CPU topology. Nothing of any
+# other process: not its command line, status, clock or limits, not even that it exists.
+PROC_AND_SYS = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/sys/devices/system/cpu",
+                "/sys/devices/system/node")
+# What a CUDA process reads beyond that: the driver's files and the devices' (not the cgroups).
+PROC_AND_SYS_CUDA = ("/proc/driver", "/sys/devices", "/sys/bus", "/sys/module", "/sys/class",
+                     "/sys/dev")
 
 
 def landlock_paths(*, read_only, writable, device: str) -> dict[str, list[str]]:
     """What Landlock lets learner code reach (the launcher's ``read``, ``write`` and ``devices``):
-    the same paths bubblewrap binds, and ``/proc`` and ``/sys`` to read (another process's
-    memory, environment and maps stay closed: Landlock refuses ptrace access across domains)."""
-    read = [*SYSTEM_DIRS, *(f"/etc/{name}" for name in ETC_FILES), "/proc", "/sys",
+    the same paths bubblewrap binds, and of ``/proc`` and ``/sys`` only :data:`PROC_AND_SYS`
+    (another process's memory, environment and maps stay closed even where a rule would give
+    them: Landlock refuses ptrace access across domains)."""
+    cuda = PROC_AND_SYS_CUDA if device.startswith("cuda") else ()
+    read = [*SYSTEM_DIRS, *(f"/etc/{name}" for name in ETC_FILES), *PROC_AND_SYS, *cuda,
             *_read_only_paths(list(read_only))]
     return {"read": [p for p in read if os.path.exists(p)],
             "write": [os.path.abspath(p) for p in writable],
             "devices": [*COMMON_DEVICES, *_gpu_devices(device)]}
 
 
-def _nproc(limits: Limits, uid: int | None) -> int:
-    """RLIMIT_NPROC counts every task of the process's user: an own user id gets the limit
-    itself; otherwise it comes on top of what this user already runs."""
-    if uid is not None and os.geteuid() == 0:
+def _nproc(limits: Limits, counting: str) -> int | None:
+    """The RLIMIT_NPROC a subject's command line starts with (:func:`task_accounting`): a user id
+    of its own gets the limit itself; a cgroup or a user namespace counts its tasks on their own
+    (the namespace's limit is set inside it: outside, the user's own stays, which the namespace's
+    count is checked against too); otherwise it comes on top of what this user already runs."""
+    if counting == "uid":
         return limits.task_limit()
-    return _tasks_of_user(os.getuid()) + limits.task_limit()
+    if counting == "shared":
+        return _tasks_of_user(os.getuid()) + limits.task_limit()
+    return None
 
 
 # prlimit's option names and the resource each sets.
@@ -389,16 +433,18 @@ def hard_limit(name: str) -> int | None:
     return None if hard == resource.RLIM_INFINITY else int(hard)
 
 
-def child_limits(limits: Limits, device: str = "cpu", uid: int | None = None) -> dict[str, int]:
-    """The limits a sandboxed child gets (prlimit's names: nproc, fsize, core, as), each at most
-    this process's hard limit.
+def child_limits(limits: Limits, device: str = "cpu", nproc: int | None = None) -> dict[str, int]:
+    """The limits a sandboxed child gets (prlimit's names: nproc where ``nproc`` is given, fsize,
+    core, as), each at most this process's hard limit.
 
     A child can only lower its limits: raising a hard limit above its parent's needs
     CAP_SYS_RESOURCE, which root lacks in most containers. Asking for more would not merely be
     refused, it would stop the child from starting (``prlimit: failed to set the NPROC resource
     limit``): nbgrader saw a kernel that died before replying. So what the parent has is the
     ceiling; :func:`limit_notes` says where that made a limit lower than asked."""
-    wanted = {"nproc": _nproc(limits, uid), "fsize": limits.file_bytes, "core": 0}
+    wanted = {"fsize": limits.file_bytes, "core": 0}
+    if nproc is not None:
+        wanted["nproc"] = nproc
     if limits.memory_bytes and not device.startswith("cuda"):
         wanted["as"] = limits.memory_bytes
     out = {}
@@ -411,11 +457,12 @@ def child_limits(limits: Limits, device: str = "cpu", uid: int | None = None) ->
 def limit_notes(limits: Limits = Limits(), device: str = "cpu") -> list[str]:
     """Where this process's own hard limits make a sandboxed child's lower than the grader asks
     for (each is used as it is, and said once at the start of a grading run)."""
-    uid = UID_BASE if switches_user() else None
-    wanted = {"nproc": _nproc(limits, uid), "fsize": limits.file_bytes}
+    nproc = limits.task_limit() if switches_user() else \
+        _tasks_of_user(os.getuid()) + limits.task_limit()
+    wanted = {"nproc": nproc, "fsize": limits.file_bytes}
     if limits.memory_bytes and not device.startswith("cuda"):
         wanted["as"] = limits.memory_bytes
-    got = child_limits(limits, device, uid)
+    got = child_limits(limits, device, nproc)
     words = {"nproc": "processes and threads (ulimit -u)", "fsize": "file size (ulimit -f)",
              "as": "address space (ulimit -v)"}
     return [f"{words[name]}: {got[name]} (this shell's hard limit), not the {value} the grader "
@@ -467,13 +514,15 @@ def _probe_bwrap() -> str:
 
 
 # A Python run under kernel confinement by the probe: it must fail to read a file that every user
-# may read, to open a socket and to signal the probing process, and still import the grader and
-# find torch, and write its own folder.
+# may read, to open a socket, to signal the probing process, to lower its limits and to read its
+# command line, and still import the grader and find torch, and write its own folder.
 _KERNEL_CHECK = """
-import importlib.util, os, socket, sys
+import importlib.util, os, resource, socket, sys
 canary, outside = sys.argv[1], int(sys.argv[2])
 for what, attempt in (("read", lambda: open(canary).read()), ("socket", socket.socket),
-                      ("signal", lambda: os.kill(outside, 0))):
+                      ("signal", lambda: os.kill(outside, 0)),
+                      ("limit", lambda: resource.prlimit(outside, resource.RLIMIT_CORE)),
+                      ("/proc", lambda: open(f"/proc/{outside}/cmdline").read())):
     try:
         attempt()
         print("UNCONFINED:", what)
@@ -502,9 +551,6 @@ def _probe_kernel() -> str:
     if abi < 1:
         return ("Landlock is not available (Linux older than 5.13, Landlock not in the kernel's "
                 "boot list of security modules, or a container's seccomp profile refuses it)")
-    if os.geteuid() != 0 and abi < 6:
-        return (f"this kernel's Landlock (ABI {abi}) cannot stop signals to other processes "
-                f"(ABI 6, Linux 6.12, can), and learner code would share the grader's user id")
     if os.geteuid() == 0:
         try:
             learner_python.for_other_users(grader_package_dir())
@@ -540,7 +586,10 @@ def _probe_kernel() -> str:
             return f"a confined Python did not behave as confined here ({' / '.join(lines)})"
         return ""
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            usage.remove_tree(folder)
+        except OSError:
+            pass
 
 
 MODES = ("auto", "bwrap", "kernel", "off")
@@ -625,8 +674,10 @@ class Running:
 
     def __init__(self, proc: subprocess.Popen, *, token: str, uid: int | None,
                  uid_base: int | None, reply_fd: int | None, report_fd: int, control_fd: int,
-                 started: float):
+                 started: float, group=None):
         self.proc, self.token, self.uid, self.reply_fd = proc, token, uid, reply_fd
+        self.group = group          # its cgroup (grader.isolation.cgroups.Group), or None
+        self.cgroup_events: dict = {}
         self.report_fd, self.control_fd, self.started = report_fd, control_fd, started
         # Kernel confinement as root: the user id the launcher gave learner code (its own pid
         # added to the base), swept again here should the launcher itself be gone. (Under
@@ -683,14 +734,29 @@ class Running:
 
     @property
     def exceeded(self) -> str:
-        """The limit the launcher stopped the process for ('disk'), or ''."""
+        """The limit the process was stopped for: 'disk' or 'processes' (the launcher measured
+        it past its limit), 'memory' (its cgroup's limit: the kernel killed a process of it), or
+        ''. :attr:`exceeded_why` says more where there is more to say."""
+        if self.cgroup_events.get("oom_kills"):
+            return "memory"
         return str(self.report().get("exceeded") or "")
+
+    @property
+    def exceeded_why(self) -> str:
+        return str(self.report().get("why") or "")
 
     @property
     def setup_error(self) -> str:
         """Why the launcher could not confine and start the program ('' when it did): a grader
         failure, never the learner's."""
-        return str(self.report().get("error") or "")
+        error = str(self.report().get("error") or "")
+        if not error and self.proc.poll() == 125:
+            from grader.isolation.cgroups import JOIN_FAILED
+
+            text = bytes(self._output[-4000:]).decode(errors="replace")
+            if JOIN_FAILED in text:
+                error = "the process could not join its cgroup: " + text.split(JOIN_FAILED, 1)[1]
+        return error
 
     def finish(self, grace_s: float = 5.0) -> Finished:
         """End the process: close its stdin and give it ``grace_s`` to exit; then tell its
@@ -727,6 +793,17 @@ class Running:
             if not found or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
+        if self.group is not None:
+            # Nothing leaves a cgroup but through its folder, which learner code cannot write:
+            # whatever is still in it is killed. Below a launcher that reported, that is only
+            # what its sweep killed and the kernel has not yet ended (counted already, under
+            # bubblewrap by another pid); below one that did not, it is counted here.
+            found = self.group.kill(settle_s=1.0)
+            if not report:
+                left |= set(found)
+            self.cgroup_events = self.group.events()
+            self.group.remove()
+            self.group = None
         self.leftovers = sorted(left)
         self.survivors = sorted(set(report.get("survivors") or ()) | set(
             _kill_leftovers(self.token)) | set(_kill_user(self.learner_uid)))
@@ -746,12 +823,29 @@ def launcher_sweep_s() -> float:
     return SWEEP_S + 5.0
 
 
+def task_accounting(isolation: Isolation, *, own_uid: bool, group) -> str:
+    """How a subject's processes and threads are counted on their own (docs/trust.md):
+    'uid' (a user id of its own: RLIMIT_NPROC counts only its tasks), 'cgroup' (its own pids
+    cgroup), 'userns' (a user namespace of its own, bubblewrap's or the launcher's: the kernel
+    counts RLIMIT_NPROC per namespace), or 'shared' (none of these: the limit is on top of what
+    the grader's user runs when it starts, and the launcher stops it past its own count)."""
+    if own_uid:
+        return "uid"
+    if group is not None:
+        return "cgroup"
+    if isolation.sandboxed or (isolation.mode == "kernel" and confine.user_namespaces()):
+        return "userns"
+    return "shared"
+
+
 def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
           read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
           env: dict[str, str] | None = None, home: str | None = None, device: str = "cpu",
           reply: bool = True) -> Running:
     """Start ``argv`` limited and confined as ``isolation`` says, below a launcher
-    (:mod:`grader.isolation.launcher`) that finds, kills and counts whatever it leaves running.
+    (:mod:`grader.isolation.launcher`) that finds, kills and counts whatever it leaves running,
+    in a cgroup of its own where this machine lets the grader make one
+    (:mod:`grader.isolation.cgroups`).
 
     ``reply``: give it a reply channel, whose number is appended to ``argv`` (``--reply-fd N``).
     ``home``: without bubblewrap, the process's own folder (its working folder, the only one it
@@ -786,7 +880,11 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
         env["PYTHONPATH"] = os.path.dirname(grader_package_dir())    # the launcher's own
         write = [home, *writable]
     fds: list[int] = []
+    group = None
     try:
+        group = cgroups.make(token[:16], limits.memory_bytes, limits.task_limit() + 8)
+        counting = task_accounting(isolation, own_uid=uid is not None or uid_base is not None,
+                                   group=group)
         reply_r = reply_w = None
         if reply:
             reply_r, pipe_w = os.pipe()
@@ -796,25 +894,37 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
         report_r, report_w = os.pipe()
         control_r, control_w = os.pipe()
         fds += [report_r, report_w, control_r, control_w]
+        kernel = isolation.mode == "kernel"
         spec = {"uid": uid, "uid_base": uid_base, "own": [home] if uid_base is not None else [],
                 **landlock_paths(read_only=read_only, writable=write, device=device),
                 "layers": {"bwrap": "best", "kernel": "required"}.get(isolation.mode, "none"),
-                "block_metadata": isolation.mode == "kernel" and not root,
+                "policy": {"shares_uid": kernel and not root,
+                           "refuse_memfd": group is None or not limits.memory_bytes,
+                           "refuse_fallocate": not isolation.sandboxed},
+                # bubblewrap's own user namespace (not root) or the launcher's counts it
+                "userns_tasks": limits.task_limit()
+                if counting == "userns" and kernel else None,
+                "nproc": limits.task_limit()
+                if counting == "userns" and isolation.sandboxed else None,
+                "tasks": limits.task_limit() if counting == "shared" else None,
                 "disk": None if isolation.sandboxed else {"folder": home,
-                                                          "bytes": limits.disk_bytes},
+                                                          "bytes": limits.disk_bytes,
+                                                          "file_bytes": limits.file_bytes},
                 "report_fd": report_w, "control_fd": control_r,
                 "keep_fds": [reply_w] if reply else [], "env": child_env}
         launcher = [python_executable(), "-m", "grader.isolation.launcher", json.dumps(spec),
                     "--", *program, *(["--reply-fd", str(reply_w)] if reply else [])]
-        nproc_uid = uid if uid is not None else uid_base
+        nproc = _nproc(limits, counting)
         if isolation.sandboxed:
             box = _bwrap(limits=limits, read_only=read_only, writable=writable, env=env,
                          cwd=None, device=device)
             if not root:
                 box[1:1] = ["--cap-drop", "ALL"]
-            cmd = _prlimit(limits, device, nproc_uid) + box + launcher
+            cmd = _prlimit(limits, device, nproc) + box + launcher
         else:
-            cmd = _prlimit(limits, device, nproc_uid) + launcher
+            cmd = _prlimit(limits, device, nproc) + launcher
+        if group is not None:
+            cmd = group.entering(cmd)
         preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
         started = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -827,11 +937,13 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
     except (OSError, learner_python.Unavailable):
         _close(*fds)
         give_back_uid(uid)
+        if group is not None:
+            group.remove()
         raise
     # The process holds the only writing ends of its channels: EOF when it is gone.
     _close(reply_w, report_w, control_r)
     return Running(proc, token=token, uid=uid, uid_base=uid_base, reply_fd=reply_r,
-                   report_fd=report_r, control_fd=control_w, started=started)
+                   report_fd=report_r, control_fd=control_w, started=started, group=group)
 
 
 def _grader_path(home: str) -> str:

@@ -38,8 +38,65 @@ _MAGIC = re.compile(r"^\s*[%!]")
 
 def strip_magics(source: str) -> str:
     """Blank out IPython magics and shell escapes (``%timeit``, ``!pip``) so plain Python can
-    execute a cell; line numbers are kept."""
-    return "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
+    execute a cell; line numbers are kept. As in IPython, a magic is a line that *starts* a
+    statement with ``%`` or ``!`` (with its own backslash continuations): a line inside brackets,
+    a string or a backslash continuation of Python is Python (``(a\n    != b)``) and stays."""
+    out: list[str] = []
+    state = _Scan()
+    magic_goes_on = False
+    for line in source.splitlines():
+        if magic_goes_on or (state.at_statement_start() and _MAGIC.match(line)):
+            out.append("")
+            magic_goes_on = line.rstrip().endswith("\\")
+            continue
+        out.append(line)
+        state.feed(line)
+    return "\n".join(out)
+
+
+class _Scan:
+    """Where Python source stands at the end of each line fed to it: inside brackets, inside a
+    string that goes on, or continued by a backslash (enough to tell where a statement starts)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""          # the open string's delimiter ('', or ' " \'\'\' \"\"\")
+        self.continued = False
+
+    def at_statement_start(self) -> bool:
+        return self.depth == 0 and not self.quote and not self.continued
+
+    def feed(self, line: str) -> None:
+        i, n = 0, len(line)
+        while i < n:
+            if self.quote:
+                if line[i] == "\\":
+                    i += 2
+                    continue
+                if line.startswith(self.quote, i):
+                    i += len(self.quote)
+                    self.quote = ""
+                    continue
+                i += 1
+                continue
+            c = line[i]
+            if c == "#":
+                n = i
+                break
+            if c in "\"'":
+                triple = c * 3
+                self.quote = triple if line.startswith(triple, i) else c
+                i += len(self.quote)
+                continue
+            if c in "([{":
+                self.depth += 1
+            elif c in ")]}":
+                self.depth = max(0, self.depth - 1)
+            i += 1
+        ends_with_backslash = line[:n].endswith("\\")
+        if self.quote in ("'", '"') and not ends_with_backslash:
+            self.quote = ""      # an unterminated one-line string: Python's error, not ours
+        self.continued = ends_with_backslash and not self.quote
 
 
 def _functions_of(obj) -> Iterable:

@@ -21,6 +21,15 @@ from grader.isolation import channel, sandbox
 DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3
 
 
+# What the learner reads when a limit stopped their code (grader.isolation.sandbox.Running.exceeded).
+EXCEEDED = {
+    "disk": "your code wrote more to disk than a submission may",
+    "memory": "your code used more memory than a submission may (counted as the kernel counts "
+              "it: shared memory and memfd files too)",
+    "processes": "your code started more processes and threads than a submission may",
+}
+
+
 class SubjectGone(Exception):
     """The subject stopped answering: it crashed, hung, or broke the protocol."""
 
@@ -125,9 +134,11 @@ class SubjectSession:
             return SubjectGone(Status.GRADER_ERROR, f"the grader could not start the confined "
                                                     f"process for your code: "
                                                     f"{self.running.setup_error}")
-        if self.running.exceeded == "disk":
-            return SubjectGone(Status.CRASHED, "your code wrote more to disk than a submission "
-                                               "may, and was stopped")
+        over = EXCEEDED.get(self.running.exceeded)
+        if over:
+            why = self.running.exceeded_why
+            return SubjectGone(Status.CRASHED, over + (f" ({why})" if why else "")
+                               + ", and was stopped")
         return SubjectGone(Status.CRASHED, self._death())
 
     def _death(self) -> str:
@@ -158,7 +169,15 @@ class SubjectSession:
         return self.finished
 
     def _remove_home(self) -> None:
+        """Remove the subject's folder whatever learner code left in it (folder chains past
+        PATH_MAX, folders without read rights: :func:`grader.isolation.usage.remove_tree`)."""
         if self.home:
-            import shutil
+            import sys
 
-            shutil.rmtree(self.home, ignore_errors=True)
+            from grader.isolation.usage import remove_tree
+
+            try:
+                remove_tree(self.home)
+            except OSError as exc:   # not the learner's doing (their code is gone): said, not fatal
+                print(f"grader: could not remove {self.home}: {exc}", file=sys.stderr, flush=True)
+            self.home = None
