@@ -177,6 +177,7 @@ class Watch:
         self.owner = owner
         self.seen: dict = {}
         self.rounds = 0
+        self.stopped_s = 0.0        # how long its measurements kept the subject stopped
         self.devices: set[int] = set()
         if self.disk:
             try:
@@ -188,12 +189,20 @@ class Watch:
     def active(self) -> bool:
         return bool(self.disk or self.tasks)
 
-    def measure(self, below: set[int]) -> usage.Over | None:
+    def measure(self, me: int) -> usage.Over | None:
         self.rounds += 1
-        if self.tasks and usage.task_count(below) > self.tasks:
+        if self.tasks and usage.task_count(_below(me)) > self.tasks:
             return usage.Over("processes", f"more than {self.tasks} processes and threads")
         if not self.disk:
             return None
+        started = time.monotonic()
+        try:
+            with usage.stopped(me, _below) as frozen:
+                return self._disk(frozen.pids)
+        finally:
+            self.stopped_s += time.monotonic() - started
+
+    def _disk(self, below: set[int]) -> usage.Over | None:
         limit = int(self.disk["bytes"])
         used = usage.folder_usage(self.disk["folder"], limit, seen=self.seen)
         if isinstance(used, usage.Over):
@@ -293,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         status = _reap(child)
         # Measured on time however many calls wait to be decided.
         if status is None and watch.active and time.monotonic() >= next_measure:
-            over = watch.measure(_below(os.getpid()))
+            over = watch.measure(os.getpid())
             next_measure = time.monotonic() + usage.POLL_S
             if over is not None:
                 break
@@ -305,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
                         "survivors": sorted(survivors), "uid": uid,
                         "error": error.decode(errors="replace"), "stopped": stop["asked"],
                         "exceeded": over.what if over else "", "why": over.why if over else "",
-                        "refused_calls": supervisor.refused if supervisor else 0})
+                        "refused_calls": supervisor.refused if supervisor else 0,
+                        "measured": {"rounds": watch.rounds,
+                                     "stopped_s": round(watch.stopped_s, 4)}})
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.set_wakeup_fd(-1)

@@ -737,7 +737,8 @@ class Running:
         """The limit the process was stopped for: 'disk' or 'processes' (the launcher measured
         it past its limit), 'memory' (its cgroup's limit: the kernel killed a process of it), or
         ''. :attr:`exceeded_why` says more where there is more to say."""
-        if self.cgroup_events.get("oom_kills"):
+        events = self.cgroup_events or (self.group.events() if self.group is not None else {})
+        if events.get("oom_kills"):
             return "memory"
         return str(self.report().get("exceeded") or "")
 

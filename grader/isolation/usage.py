@@ -5,8 +5,10 @@ its folder is removed afterwards, whatever learner code made there.
 Every measurement is made by file descriptor, never by path: a folder chain longer than PATH_MAX
 (4,096 bytes) or deeper than Python's recursion is measured like any other (:func:`folder_usage`),
 and so is what no folder shows: files deleted while a process still holds them open or mapped,
-memfd and ``O_TMPFILE`` files (:func:`held_usage`). :func:`remove_tree` removes a folder the same
-way, without recursion.
+memfd and ``O_TMPFILE`` files (:func:`held_usage`). Each measurement is made with the subject's
+processes stopped (:func:`stopped`): a file moved from a folder not yet read to one already read
+would otherwise be missed by that walk, and by every walk it raced. :func:`remove_tree` removes
+a folder the same way, without recursion.
 """
 from __future__ import annotations
 
@@ -96,10 +98,11 @@ def folder_usage(folder: str, limit: int, *, seen: dict | None = None,
 
 def held_usage(pids, *, owner: int, devices: set[int], seen: dict,
                with_maps: bool, file_bytes: int) -> Over | int:
-    """The bytes of files no folder shows that ``pids`` keep alive: deleted (or never named:
-    memfd, ``O_TMPFILE``) regular files owned by ``owner`` that one of them holds open, and, when
-    ``with_maps``, files on ``devices`` (the filesystems of the subject's folder) deleted while
-    mapped. Each is measured through ``/proc/PID/fd`` (the file itself); a mapped one through
+    """The bytes of files no folder shows that ``pids`` keep alive on ``devices`` (the
+    filesystems of the subject's folder): deleted (or never named: ``O_TMPFILE``) regular files
+    owned by ``owner`` that one of them holds open, and, when ``with_maps``, such files deleted
+    while mapped. (A memfd is memory, on a filesystem of its own: its cgroup counts it, or it is
+    refused.) Each is measured through ``/proc/PID/fd`` (the file itself); a mapped one through
     ``/proc/PID/map_files`` where this process may follow those links (CAP_SYS_ADMIN), else by
     the size a walk saw it at (``seen``), else as the largest file a subject may write
     (``file_bytes``). A process whose files cannot be read at all is :class:`Over`."""
@@ -117,7 +120,7 @@ def held_usage(pids, *, owner: int, devices: set[int], seen: dict,
                 continue
             key = (st.st_dev, st.st_ino)
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_uid == owner \
-                    and key not in counted:
+                    and st.st_dev in devices and key not in counted:
                 counted.add(key)
                 seen[key] = st.st_blocks * 512
                 used += st.st_blocks * 512
@@ -181,6 +184,73 @@ def _ended(pid: int) -> bool:
     except OSError:
         return True
     return stat_line[stat_line.rfind(b")") + 2:][:1] in (b"Z", b"X")
+
+
+# How long a measurement waits for the subject's threads to stop once told to. A thread running
+# its own code stops within microseconds; one inside a system call stops when it returns, before
+# it runs any more of its own code: a rename or link in flight lands within this wait, and a long
+# write in flight only adds bytes, which the next measurement counts.
+STOP_WAIT_S = 0.002
+
+
+class stopped:
+    """Stop every process below ``root`` (SIGSTOP, again for any started meanwhile, until none
+    is left running or :data:`STOP_WAIT_S` passed), and continue them on leaving (SIGCONT).
+    ``pids`` is every process below ``root`` then; ``still`` whether all of them stopped (a
+    thread inside an uninterruptible system call counts as stopped: it stops when the call
+    returns, before it runs any more of its own code)."""
+
+    def __init__(self, root: int, below):
+        self.root, self.list_below = root, below
+        self.pids: set[int] = set()
+        self.still = False
+
+    def __enter__(self) -> "stopped":
+        import signal
+
+        deadline = time.monotonic() + STOP_WAIT_S
+        while True:
+            found = self.list_below(self.root)
+            for pid in found - self.pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.pids |= found
+            running = [pid for pid in self.pids if not _all_stopped(pid)]
+            if not running and found <= self.pids:
+                self.still = True
+                return self
+            if time.monotonic() > deadline:
+                return self
+            time.sleep(0.0005)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _all_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` stopped, or inside a system call it cannot leave but stopped (D:
+    waiting on the disk, say: it runs no more of its own code until continued), or ended."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                line = fh.read()
+        except OSError:
+            continue
+        if line[line.rfind(b")") + 2:][:1] not in (b"T", b"t", b"D", b"Z", b"X"):
+            return False
+    return True
 
 
 def task_count(pids) -> int:

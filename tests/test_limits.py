@@ -1,0 +1,162 @@
+"""Every limit docs/trust.md states for learner code without bubblewrap holds at every instant, on
+every platform the suite can make of this machine (tests/fresh_machine.py): as root and as an
+ordinary user; Landlock ABI 7 and capped to 1, 3, 4 and 6 as older kernels have it; with a
+cgroup of its own and without; in a pod (/proc masked, Docker's seccomp profile, no user
+namespace). The attacker code (tests/confined_attacks.py) runs unscreened in a subject started
+as the judge starts one; what it reached, and how its subject ended, is compared here.
+
+What each attack is for: memory no address space sees (memfd, /dev/shm); disk written between
+two measurements (fallocate), past PATH_MAX, 1,200 folders deep (and removed afterwards), held
+by deleted files kept open or mapped, or moved out of the measurement's way as it reads (a racer
+told by inotify); a socket pair (which could hold files out of sight); other processes in /proc;
+signals, limits, priorities and CPU sets aimed at a process outside; more processes than allowed.
+The same attacks go through the real `make grade` in tests/test_platforms.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import fresh_machine
+from conftest import at_once
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+why_not = fresh_machine.available()
+needs_root = pytest.mark.skipif(bool(why_not), reason=why_not)
+
+EVERY = ["memfd", "shm", "fallocate", "long_path", "deep", "unlinked", "mapped", "racer",
+         "socketpair", "proc", "signals", "forks"]
+QUICK = ["memfd", "shm", "socketpair", "proc", "signals", "forks"]
+NOBODY = fresh_machine.NOBODY
+# name -> (how tests/fresh_machine.py builds it, extra environment, attacks)
+PLATFORMS = {
+    "root": (dict(), {}, EVERY),
+    "root-abi1-no-cgroup": (dict(), {"COURSE_LANDLOCK_ABI": "1", "COURSE_CGROUPS": "off"},
+                            EVERY),
+    "nobody": (dict(user=NOBODY), {}, EVERY),
+    "nobody-abi1": (dict(user=NOBODY), {"COURSE_LANDLOCK_ABI": "1"}, QUICK),
+    "nobody-abi3": (dict(user=NOBODY), {"COURSE_LANDLOCK_ABI": "3"}, QUICK),
+    "nobody-abi4": (dict(user=NOBODY), {"COURSE_LANDLOCK_ABI": "4"}, QUICK),
+    "nobody-abi6": (dict(user=NOBODY), {"COURSE_LANDLOCK_ABI": "6"}, QUICK),
+    "pod": (dict(user=NOBODY, mask_proc=True, seccomp="docker", hide_bwrap=False), {},
+            [*EVERY, "forks_beside_others"]),
+}
+
+
+def _attack(platform: str) -> dict:
+    how, extra, attacks = PLATFORMS[platform]
+    folder = tempfile.mkdtemp(prefix=f"limits-{platform}-", dir="/tmp")
+    os.chmod(folder, 0o777)
+    env = {"PATH": "/usr/bin:/bin", "HOME": folder, "ATTACK_DIR": folder, **extra}
+    try:
+        proc = subprocess.run(fresh_machine.command(
+            [sys.executable, os.path.join(HERE, "confined_attacks.py"), *attacks], **how),
+            capture_output=True, text=True, timeout=900, env=env, cwd=folder)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def attacked(request):
+    wanted = sorted({item.callspec.params["platform"] for item in request.session.items
+                     if "platform" in getattr(item, "callspec", type("", (), {"params": {}}))
+                     .params and item.module.__name__ == __name__})
+    return dict(zip(wanted, at_once(_attack, wanted)))
+
+
+def _lines(result: dict) -> list[str]:
+    return [line for line in result["output"].splitlines() if not line.startswith("W1")]
+
+
+@needs_root
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_the_platform_confines_as_docs_trust_md_says(attacked, platform):
+    info = attacked[platform]["platform"]
+    how, extra, _ = PLATFORMS[platform]
+    assert info["uid"] == (how.get("user") or 0)
+    assert info["landlock_abi"] == int(extra.get("COURSE_LANDLOCK_ABI", 7))
+    # A cgroup only where the grader is root here (this machine's cgroup v1 folders are root's).
+    assert info["cgroup"] == (how.get("user") is None and "COURSE_CGROUPS" not in extra)
+    assert info["isolation"].startswith("kernel confinement without bubblewrap")
+
+
+@needs_root
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_no_attack_reaches_anything(attacked, platform):
+    results = attacked[platform]["attacks"]
+    for name, result in results.items():
+        reached = [line for line in _lines(result) if line.startswith("REACHED")]
+        if name in ("racer", "long_path", "deep", "unlinked", "mapped"):
+            # Each prints once it holds too much: stopped for it within one measurement.
+            assert result["exceeded"] == "disk", (name, result)
+            assert not any("end" in line for line in reached), (name, reached)
+        else:
+            assert reached == [], (name, result)
+        assert not result["home_left"], (name, "its folder was not removed")
+
+
+@needs_root
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_memory_no_address_space_sees_is_counted_or_refused(attacked, platform):
+    results, cgroup = attacked[platform]["attacks"], attacked[platform]["platform"]["cgroup"]
+    memfd = results["memfd"]
+    if cgroup:     # counted with the subject's memory: the kernel stopped it at its limit
+        assert memfd["exceeded"] == "memory", memfd
+    else:
+        assert "memfd refused 1" in _lines(memfd), memfd
+    if "shm" in results:
+        assert _lines(results["shm"]).count("shm refused /dev/shm/x 13") == 1, results["shm"]
+
+
+@needs_root
+@pytest.mark.parametrize("platform", [p for p in sorted(PLATFORMS) if "fallocate" in PLATFORMS[p][2]])
+def test_disk_is_bounded_whatever_holds_it(attacked, platform):
+    results = attacked[platform]["attacks"]
+    assert "raw fallocate -1 95" in _lines(results["fallocate"])       # EOPNOTSUPP
+    assert results["fallocate"]["exceeded"] == "disk"   # what posix_fallocate wrote instead
+    assert "nested more than 64 deep" in results["deep"]["why"]
+    assert "deleted but kept" in results["unlinked"]["why"]
+    assert "deleted but kept" in results["mapped"]["why"]
+
+
+@needs_root
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_no_call_reaches_a_process_outside(attacked, platform):
+    signals = attacked[platform]["attacks"]["signals"]
+    lines = _lines(signals)
+    assert "own processes: True" in lines, signals
+    assert signals["victim_state"] != "T", "a process outside the subject was stopped"
+    shares = PLATFORMS[platform][0].get("user") is not None
+    # Under the grader's user id the launcher decides each call (8 refused); under a user id of
+    # its own the kernel refuses what names another user's process.
+    assert (signals["refused_calls"] >= 7) == shares, signals
+    proc = _lines(attacked[platform]["attacks"]["proc"])
+    assert proc[0].startswith("none of 0 command lines"), proc
+
+
+@needs_root
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_processes_are_counted_on_their_own_or_stopped(attacked, platform):
+    forks = attacked[platform]["attacks"]["forks"]
+    stopped = [line for line in _lines(forks) if line.startswith("processes stopped at")]
+    if platform == "pod":
+        # No cgroup, no user namespace, the grader's own user id: the limit comes on top of what
+        # the user runs when the subject starts, and the launcher stops it past its own count.
+        assert forks["exceeded"] == "processes" or stopped and int(stopped[0].split()[3]) <= 64, \
+            forks
+        # Started beside 80 other processes of the user, its limit was 80 higher: its launcher
+        # stopped it past its own 64.
+        beside = attacked[platform]["attacks"]["forks_beside_others"]
+        assert beside["exceeded"] == "processes", beside
+    else:
+        # Its own count (a user id, a cgroup, a user namespace): stopped at the limit exactly.
+        assert stopped and int(stopped[0].split()[3]) == 63, forks
