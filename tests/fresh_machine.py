@@ -95,7 +95,9 @@ def command(argv: list[str], *, user: int | None = None, open_python: bool = Fal
     import sys
 
     who = [f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
-    setup = 'b=$(command -v bwrap) && mount --bind /dev/null "$b"' if hide_bwrap else "true"
+    # The system's bubblewrap (not one a test unpacked on the command's own PATH).
+    setup = ('b=$(PATH=/usr/local/bin:/usr/bin:/bin command -v bwrap) && '
+             'mount --bind /dev/null "$b"') if hide_bwrap else "true"
     if mask_proc:
         setup += "; " + _mask_proc()
     if user is not None or open_python or seccomp:

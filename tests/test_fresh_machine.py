@@ -169,10 +169,11 @@ def setup_sh_python():
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _autograder_root(folder: str, user, notebook) -> str:
+def _autograder_root(folder: str, user, notebook, require_confinement: bool = False) -> str:
     from grader.cohort.gradescope import build_autograder
 
-    zip_path = build_autograder("ps2", os.path.join(folder, "ps2.zip"), course=ROOT)
+    zip_path = build_autograder("ps2", os.path.join(folder, "ps2.zip"), course=ROOT,
+                                require_confinement=require_confinement)
     root = os.path.join(folder, "autograder")
     with zipfile.ZipFile(zip_path) as zf:
         zf.extractall(os.path.join(root, "source"))
@@ -202,11 +203,12 @@ def _ps2(solution: str | None = None):
     return nb
 
 
-def _run_autograder(root: str, workdir: str, user, python: str, extra_env=None) -> dict:
+def _run_autograder(root: str, workdir: str, user, python: str, extra_env=None,
+                    seccomp: str = "") -> dict:
     env = dict(_env(workdir), AUTOGRADER_ROOT=root, COURSE_AUTOGRADER_PYTHON=python,
                **(extra_env or {}))
     proc = subprocess.run(fresh_machine.command(["bash", os.path.join(root, "run_autograder")],
-                                                user=user, open_python=True),
+                                                user=user, open_python=True, seccomp=seccomp),
                           capture_output=True, text=True, timeout=900, env=env, cwd=root)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     with open(os.path.join(root, "results", "results.json")) as fh:
@@ -223,6 +225,27 @@ def test_gradescope_run_autograder_without_bubblewrap(workdir, user, setup_sh_py
     assert isolation.startswith("kernel confinement without bubblewrap"), isolation
     # As root (Gradescope's case), learner code runs under a user id of its own.
     assert ("a user id of its own" in isolation) == (user is None), isolation
+    assert f"Your code ran in: {isolation}." in results["output"]
+
+
+@needs_root
+@pytest.mark.parametrize("required", [False, True], ids=["default", "required"])
+def test_gradescope_where_nothing_confines_says_so_or_grades_nothing_when_required(
+        workdir, setup_sh_python, required):
+    # A container whose kernel has no Landlock (its calls refused) and no bubblewrap: by default
+    # the submission is graded under an unprivileged user id, and its results page says so; a
+    # zip built with `make gradescope REQUIRE_CONFINEMENT=1` grades nothing, and says why.
+    root = _autograder_root(workdir, None, _ps2(), require_confinement=required)
+    results = _run_autograder(root, workdir, None, setup_sh_python, seccomp="no-landlock")
+    isolation = results["extra_data"]["isolation"]
+    assert isolation.startswith("NO sandbox") and "Landlock is not available" in isolation
+    assert f"Your code ran in: {isolation}." in results["output"]
+    if required:
+        assert results["score"] == 0 and not results["extra_data"]["finished"]
+        assert "this autograder was built to require it" in results["output"], results["output"]
+        assert all(t["output"].startswith("not graded: ") for t in results["tests"])
+    else:
+        assert results["score"] == 10, results["output"]
 
 
 # Learner code that reads the reference solution, if it can, into its own feedback.

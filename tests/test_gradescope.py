@@ -203,9 +203,12 @@ def test_run_autograder_grades_a_submission_into_gradescope_results(graded_perso
         assert by_id[grade_id]["status"] == "passed"
     assert "[PASS]" in by_id["ps2-q1-fusion"]["output"]
     assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]))
-    # Which isolation graded it is recorded (bubblewrap wherever this machine can run it).
+    # Which isolation graded it is recorded (bubblewrap wherever this machine can run it), and
+    # shown to the student and the instructor on the results page (its first lines).
     assert results["extra_data"]["isolation"] == sandbox.probe("auto").describe()
     assert results["extra_data"]["isolation"] in stdout
+    assert f"Your code ran in: {sandbox.probe('auto').describe()}." in \
+        results["output"].splitlines()[:2]
     assert results["stdout_visibility"] == "hidden"
 
 
@@ -523,3 +526,20 @@ def test_every_zip_stops_itself_before_the_time_limit_its_readme_recommends(tmp_
     with zipfile.ZipFile(build_autograder("ps3", str(tmp_path / "ps3-20.zip"),
                                           torch_pins="torch==2.6.0", timeout_s=1200)) as zf:
         assert json.loads(zf.read("course/gradescope.json"))["deadline_s"] == 1140
+
+
+def test_make_gradescope_says_what_the_zip_does_about_isolation_and_can_require_it(tmp_path):
+    for required in (False, True):
+        out = tmp_path / f"ps2-{required}.zip"
+        proc = subprocess.run([sys.executable, "-m", "grader.cli", "gradescope", "ps2", "--out",
+                               str(out), *(["--require-confinement"] if required else [])],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        said = [line for line in proc.stdout.splitlines() if line.startswith("isolation: ")]
+        assert len(said) == 1 and "bubblewrap is tried first" in said[0]
+        assert ("REQUIRES one of them" in said[0]) == required, said
+        with zipfile.ZipFile(out) as zf:
+            config = json.loads(zf.read("course/gradescope.json"))
+            readme = zf.read("README.md").decode()
+        assert config["require_confinement"] is required
+        assert said[0][len("isolation: "):] in readme

@@ -84,6 +84,11 @@ def test_the_head_has_resources_and_grades_nothing_and_serves_ray_client(spec):
     assert ports["client"] == ray_address.RAY_CLIENT_PORT
 
 
+def _bytes(quantity: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)(Ki|Mi|Gi)?", quantity).groups()
+    return int(number) * {None: 1, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30}[unit]
+
+
 def test_every_pod_has_shared_memory_the_sandbox_and_one_image(spec):
     images = set()
     for group, pod, container in _containers(spec):
@@ -91,6 +96,9 @@ def test_every_pod_has_shared_memory_the_sandbox_and_one_image(spec):
         shm = [m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
         volume = next(v for v in pod["volumes"] if v["name"] == shm[0])
         assert volume["emptyDir"]["medium"] == "Memory"
+        # Ray's object store fits in it (else Ray moves the store to /tmp).
+        store = int(group["rayStartParams"]["object-store-memory"])
+        assert store <= 0.95 * _bytes(volume["emptyDir"]["sizeLimit"]), (store, volume)
         security = container["securityContext"]
         assert security["runAsNonRoot"] and security["runAsUser"] != 0
         assert security["seccompProfile"]["type"] == security["appArmorProfile"]["type"] == \

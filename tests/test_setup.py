@@ -161,3 +161,51 @@ def test_a_cut_off_download_is_tried_again_and_a_lasting_failure_fails(tmp_path)
                           env=dict(env, PIP_ATTEMPTS="2"), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "FAILED" in proc.stdout   # make setup stops; no stamp written
     assert len(calls.read_text().splitlines()) == 2
+
+
+def test_without_root_bubblewrap_is_unpacked_into_the_course_and_runs():
+    """`make setup-sandbox` as an ordinary user without sudo, bubblewrap not installed (hidden
+    here): the package and what it needs are downloaded and unpacked into .system/ without root,
+    and the bwrap there runs a sandboxed command (it needs no set-user-id bit where user
+    namespaces are allowed, as here)."""
+    import pytest
+
+    import fresh_machine
+
+    import pathlib
+    import shutil
+    import tempfile
+
+    if fresh_machine.available():
+        pytest.skip(fresh_machine.available())
+    top = tempfile.mkdtemp(prefix="setup-unprivileged-", dir="/tmp")   # where nobody may go
+    os.chmod(top, 0o755)
+    folder = pathlib.Path(top) / "course"
+    folder.mkdir()
+    fresh_machine.give_to(str(folder), fresh_machine.NOBODY)
+    prefix = folder / ".system"
+    try:
+        _unpack_as_nobody(folder, prefix)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _unpack_as_nobody(folder, prefix) -> None:
+    import fresh_machine
+
+    env = {"PATH": f"{prefix}/bin:/usr/bin:/bin", "HOME": str(folder)}
+    proc = subprocess.run(fresh_machine.command(
+        ["bash", SCRIPT, "bwrap", "bubblewrap", "the sandbox", str(prefix)],
+        user=fresh_machine.NOBODY), capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "bubblewrap unpacked without root" in proc.stdout, proc.stdout
+    run = subprocess.run(fresh_machine.command(
+        [str(prefix / "bin" / "bwrap"), "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc",
+         "--dev", "/dev", "sh", "-c", "echo sandboxed $(id -u)"], user=fresh_machine.NOBODY),
+        capture_output=True, text=True, timeout=60, env=env)
+    assert run.stdout.strip() == f"sandboxed {fresh_machine.NOBODY}", run.stdout + run.stderr
+    # Found first on the PATH the Makefile sets (.system/bin after the venv's).
+    again = subprocess.run(fresh_machine.command(
+        ["bash", SCRIPT, "bwrap", "bubblewrap", "the sandbox", str(prefix)],
+        user=fresh_machine.NOBODY), capture_output=True, text=True, timeout=60, env=env)
+    assert again.returncode == 0 and again.stdout == ""
