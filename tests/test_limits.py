@@ -160,3 +160,51 @@ def test_processes_are_counted_on_their_own_or_stopped(attacked, platform):
     else:
         # Its own count (a user id, a cgroup, a user namespace): stopped at the limit exactly.
         assert stopped and int(stopped[0].split()[3]) == 63, forks
+
+
+# ---------------------------------------------------------------------------------------------
+# The measurement and the removal themselves, on folders made here (any user)
+
+def _chain(top: str, levels: int, name: str = "d" * 200, data: int = 0) -> None:
+    """``levels`` folders inside one another below ``top``, made by file descriptor (their path
+    passes PATH_MAX soon), ``data`` bytes in a file at the bottom."""
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(levels):
+        os.mkdir(name, dir_fd=fd)
+        deeper = os.open(name, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    if data:
+        f = os.open("data", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+        os.write(f, b"x" * data)
+        os.close(f)
+    os.mkdir("no-read-right", 0o300, dir_fd=fd)
+    os.close(fd)
+
+
+def test_a_folder_chain_past_path_max_is_counted_and_removed(tmp_path):
+    from grader.isolation import usage
+
+    top = str(tmp_path / "home")
+    os.mkdir(top)
+    _chain(top, 30, data=3 * 2 ** 20)              # 6,000 characters of path
+    with pytest.raises(OSError):                   # what a walk by path meets
+        os.stat(os.path.join(top, *["d" * 200] * 30))
+    used = usage.folder_usage(top, 10 * 2 ** 20)
+    assert isinstance(used, int) and used >= 3 * 2 ** 20
+    over = usage.folder_usage(top, 2 ** 20)
+    assert isinstance(over, usage.Over) and over.what == "disk"
+    usage.remove_tree(top)
+    assert not os.path.exists(top)
+
+
+def test_a_chain_deeper_than_the_interpreters_recursion_is_over_and_removed(tmp_path):
+    from grader.isolation import usage
+
+    top = str(tmp_path / "home")
+    os.mkdir(top)
+    _chain(top, 5000, name="d")
+    over = usage.folder_usage(top, 2 ** 30)
+    assert isinstance(over, usage.Over) and "nested more than 64 deep" in over.why
+    usage.remove_tree(top)      # (Python 3.11's shutil.rmtree recurses per level: RecursionError)
+    assert not os.path.exists(top)

@@ -195,7 +195,7 @@ def _grade(platform: str) -> dict:
     for student in students:
         pages = glob.glob(os.path.join(course, "feedback", student, PS, "*.html"))
         feedback[student] = "".join(open(p).read() for p in pages)
-    left = sorted(glob.glob(os.path.join(home, "**", "subject-*"), recursive=True))
+    left = sorted(glob.glob(os.path.join(home, "**", "subject*-*"), recursive=True))
     return {"proc": proc, "course": course, "folder": folder, "results": results,
             "scores": _scores(course) if os.path.exists(os.path.join(course, "gradebook.db"))
             else {}, "feedback": feedback, "left": left}

@@ -39,3 +39,22 @@ def test_an_object_without_source_is_a_plain_error():
 
 def test_magics_are_blanked_keeping_line_numbers():
     assert strip_magics("%timeit f()\nx = 1\n!ls") == "\nx = 1\n"
+
+
+def test_only_a_line_that_starts_a_statement_is_a_magic():
+    # As IPython reads a cell: `%` and `!` lines are magics where a statement starts (with their
+    # own backslash continuations); inside brackets, a string or a continued line, Python.
+    cell = ("%matplotlib inline\n"
+            "x = (a\n"
+            "    != b)\n"                       # a continuation line of Python
+            "s = \"\"\"\n!not a shell escape\n\"\"\"\n"
+            "y = 7 \\\n"
+            "    % 2\n"
+            "!pip install \\\n"
+            "   torch\n"
+            "z = 3  # (\n"
+            "%timeit z\n")
+    out = strip_magics(cell).split("\n")
+    assert out == ["", "x = (a", "    != b)", 's = """', "!not a shell escape", '"""',
+                   "y = 7 \\", "    % 2", "", "", "z = 3  # (", ""]
+    compile("\n".join(out).replace("a\n", "1\n").replace("b)", "2)"), "<cell>", "exec")

@@ -73,6 +73,7 @@ class Run:
     built_references: dict = dataclasses.field(default_factory=dict)
     judges: list = dataclasses.field(default_factory=list)    # one JudgeProcess per worker
     judge_dir: str = ""                                        # their logs and compiler cache
+    subjects_dir: str = ""                                     # their temporary files
     references_seconds: float = 0.0   # building the references, once per run
     reference_s: dict = dataclasses.field(default_factory=dict)  # assignment -> BuiltReferences.reference_s
     ray: object = None       # the RayExecutor, once started
@@ -220,8 +221,14 @@ def start_judges(run: Run) -> None:
     if not todo:
         return
     run.judge_dir = tempfile.mkdtemp(prefix="judges-")
+    # The judges' temporary files, the subjects' folders among them, in a folder of the run's
+    # own, removed at the end whatever a judge left there (a judge killed mid-grading removes
+    # nothing): other users may pass through it (a subject's user id reaches its own folder
+    # inside) but not list it. The judges' own folder, with their compiler cache, stays closed.
+    run.subjects_dir = tempfile.mkdtemp(prefix="subjects-")
+    os.chmod(run.subjects_dir, 0o711)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(run.judge_dir, "inductor"),
-               TRITON_CACHE_DIR=os.path.join(run.judge_dir, "triton"))
+               TRITON_CACHE_DIR=os.path.join(run.judge_dir, "triton"), TMPDIR=run.subjects_dir)
     gpus = gpu_count()
     for slot in range(max(1, run.settings.workers)):
         run.judges.append(JudgeProcess(env=env, log_path=os.path.join(run.judge_dir,
@@ -447,8 +454,14 @@ def grade(course: str = ".", assignments: list[str] | None = None,
     finally:
         for judge in run.judges:
             judge.close()
-        if run.judge_dir:
-            shutil.rmtree(run.judge_dir, ignore_errors=True)
+        from grader.isolation.usage import remove_tree
+
+        for folder in (run.judge_dir, run.subjects_dir):
+            try:    # without recursion: a subject's folder may hold a chain of any depth
+                if folder:
+                    remove_tree(folder)
+            except OSError as exc:
+                run.log(f"could not remove {folder}: {exc}")
         if run.ray is not None:  # disconnects; stops the local instance if this run started it
             run.ray.shutdown()
     return run
