@@ -66,8 +66,11 @@ def _child(spec: dict, uid: int | None, program: list[str], error_w: int,
                     pass
         # A session of its own: no signal to its process group reaches the launcher.
         os.setsid()
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write(str(OOM_SCORE_ADJ))
+        try:    # first in line when memory runs out (raising one's own score needs no right)
+            with open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write(str(OOM_SCORE_ADJ))
+        except OSError:
+            pass
         layers = spec.get("layers", "none")
         if layers != "none":
             listener = _confine(spec, uid, required=layers == "required")
