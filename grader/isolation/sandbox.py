@@ -390,9 +390,12 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # other process: not its command line, status, clock or limits, not even that it exists.
 PROC_AND_SYS = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/sys/devices/system/cpu",
                 "/sys/devices/system/node")
-# What a CUDA process reads beyond that: the driver's files and the devices' (not the cgroups).
-PROC_AND_SYS_CUDA = ("/proc/driver", "/sys/devices", "/sys/bus", "/sys/module", "/sys/class",
-                     "/sys/dev")
+# What a CUDA process may read beyond that: the driver's files (/proc/driver/nvidia), the
+# kernel's module and device lists and settings, the devices' (not the cgroups): machine-wide
+# files, none of another process. Not yet run on a GPU (make gpu-check will show what is missing).
+PROC_AND_SYS_CUDA = ("/proc/driver", "/proc/modules", "/proc/devices", "/proc/sys",
+                     "/proc/stat", "/proc/version", "/sys/devices", "/sys/bus", "/sys/module",
+                     "/sys/class", "/sys/dev")
 
 
 def landlock_paths(*, read_only, writable, device: str) -> dict[str, list[str]]:
