@@ -48,7 +48,9 @@ import notebook_solutions as sol
 
 ROOT = sol.ROOT
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts", "browser")
-CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
+# Debian's, or the one `make setup-browser` unpacked without root (.system/bin, on the PATH
+# `make test` sets).
+CHROMIUM = os.environ.get("COURSE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 BIN = os.path.dirname(sys.executable)
 PS = "ps2"
 CHAPTER = "01_dynamo.ipynb"

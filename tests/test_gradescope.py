@@ -141,7 +141,8 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
         config = json.loads(zf.read("course/gradescope.json"))
     assert setup.startswith("#!/usr/bin/env bash")
     assert "torch==2.6.0 torchvision==0.21.0" in setup and "pip install -q ./course" in setup
-    assert config == {"assignment": ASSIGNMENT, "deadline_s": 540}   # Gradescope's 600 s less 60
+    assert config == {"assignment": ASSIGNMENT, "deadline_s": 540,     # 600 s less 60
+                      "require_confinement": False}
     assert "README.md" in names
     assert {"course/pyproject.toml", "course/grader/cohort/scoring.py", "course/grader/isolation/judge.py",
             f"course/grader/problems/{ASSIGNMENT}.py",
@@ -405,6 +406,12 @@ def _check_partial(results: dict, reason: str):
     assert reason in results["output"]
 
 
+def _no_probe(monkeypatch) -> None:
+    """The confinement as probed, at once: these tests time the results' writing from the start
+    (a probe confines a Python for real, seconds on a loaded machine)."""
+    monkeypatch.setattr(sandbox, "probe", lambda mode="auto": sandbox.Isolation("kernel", "test"))
+
+
 def test_results_say_grading_did_not_finish_from_the_start_and_after_each_group(tree, monkeypatch):
     import threading
 
@@ -413,6 +420,7 @@ def test_results_say_grading_did_not_finish_from_the_start_and_after_each_group(
 
     seen: list = []
     monkeypatch.setattr(scoring, "grade_notebook", _stopped_scoring(seen, tree))
+    _no_probe(monkeypatch)
     timer = threading.Timer(3.0, os.kill, (os.getpid(), __import__("signal").SIGTERM))
     timer.start()
     try:
@@ -435,6 +443,7 @@ def test_the_deadline_stops_grading_and_says_so(tree, monkeypatch):
     from grader.cohort.gradescope import grade_submission
 
     monkeypatch.setattr(scoring, "grade_notebook", _stopped_scoring([], tree))
+    _no_probe(monkeypatch)
     results = grade_submission(tree, sandbox="off", deadline_s=4)
     _check_partial(results, "the autograder's time budget of 4 s ran out")
     assert _read(tree) == results

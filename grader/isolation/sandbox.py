@@ -372,6 +372,9 @@ def _bwrap(*, limits: Limits, read_only, writable, env: dict[str, str], cwd: str
     # Writable binds last, so that they stay writable inside a path bound read-only above.
     for path in writable:
         box += _bind("--bind", os.path.abspath(path), made)
+    # The sandbox's own root is a tmpfs its user may write (an ordinary user's bubblewrap maps it
+    # to that user): read-only, so that only /tmp (size-limited) and the writable binds are.
+    box += ["--remount-ro", "/"]
     for key, value in sorted(env.items()):
         box += ["--setenv", key, value]
     return box + ["--chdir", cwd or env.get("HOME", "/tmp")]
@@ -1066,10 +1069,22 @@ def pack_folder(root: str, paths=(".",)) -> bytes:
 
 def unpack_folder(data: bytes, root: str) -> None:
     """Extract :func:`pack_folder`'s archive under ``root`` (created if missing); the tar's
-    "data" filter refuses links and paths that leave ``root``."""
+    "data" filter refuses links and paths that leave ``root``. (Pythons before 3.11.4, Debian
+    12's 3.11.2 among them, have no filters: there the same refusals are made here.)"""
     import io
     import tarfile
 
     os.makedirs(root, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(root, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(root, filter="data")
+            return
+        top = os.path.realpath(root)
+        for member in tar.getmembers():
+            target = os.path.realpath(os.path.join(top, member.name))
+            if not (member.isfile() or member.isdir()) or os.path.isabs(member.name) \
+                    or not (target == top or target.startswith(top + os.sep)):
+                raise tarfile.TarError(f"{member.name!r}: not a plain file or folder inside "
+                                       f"the archive's root")
+            member.mode &= 0o755
+        tar.extractall(root)

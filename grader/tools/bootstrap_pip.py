@@ -32,11 +32,16 @@ def bundled_wheel() -> str | None:
 
 def pypi_wheel(folder: str) -> str:
     """Download the newest pip wheel from PyPI into ``folder`` and check its SHA-256."""
+    import urllib.parse
+
     with urllib.request.urlopen(PYPI, timeout=60) as response:
         release = json.load(response)
+        where = response.geturl()
     wheel = next(f for f in release["urls"] if f["packagetype"] == "bdist_wheel")
     path = os.path.join(folder, wheel["filename"])
-    with urllib.request.urlopen(wheel["url"], timeout=120) as response:
+    # PyPI names the file by an absolute URL; a mirror in its place may name it relative to
+    # the page that lists it.
+    with urllib.request.urlopen(urllib.parse.urljoin(where, wheel["url"]), timeout=120) as response:
         data = response.read()
     if hashlib.sha256(data).hexdigest() != wheel["digests"]["sha256"]:
         raise RuntimeError(f"{wheel['filename']}: SHA-256 does not match PyPI's")
