@@ -165,9 +165,11 @@ def test_processes_are_counted_on_their_own_or_stopped(attacked, platform):
 # ---------------------------------------------------------------------------------------------
 # The measurement and the removal themselves, on folders made here (any user)
 
-def _chain(top: str, levels: int, name: str = "d" * 200, data: int = 0) -> None:
+def _chain(top: str, levels: int, name: str = "d" * 200, data: int = 0,
+           closed: bool = True) -> None:
     """``levels`` folders inside one another below ``top``, made by file descriptor (their path
-    passes PATH_MAX soon), ``data`` bytes in a file at the bottom."""
+    passes PATH_MAX soon), ``data`` bytes in a file at the bottom, and (``closed``) a folder
+    there whose owner took away its own right to read it."""
     fd = os.open(top, os.O_RDONLY)
     for _ in range(levels):
         os.mkdir(name, dir_fd=fd)
@@ -178,7 +180,8 @@ def _chain(top: str, levels: int, name: str = "d" * 200, data: int = 0) -> None:
         f = os.open("data", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
         os.write(f, b"x" * data)
         os.close(f)
-    os.mkdir("no-read-right", 0o300, dir_fd=fd)
+    if closed:
+        os.mkdir("no-read-right", 0o300, dir_fd=fd)
     os.close(fd)
 
 
@@ -187,13 +190,18 @@ def test_a_folder_chain_past_path_max_is_counted_and_removed(tmp_path):
 
     top = str(tmp_path / "home")
     os.mkdir(top)
-    _chain(top, 30, data=3 * 2 ** 20)              # 6,000 characters of path
+    _chain(top, 30, data=3 * 2 ** 20, closed=False)    # 6,000 characters of path
     with pytest.raises(OSError):                   # what a walk by path meets
         os.stat(os.path.join(top, *["d" * 200] * 30))
     used = usage.folder_usage(top, 10 * 2 ** 20)
     assert isinstance(used, int) and used >= 3 * 2 ** 20
     over = usage.folder_usage(top, 2 ** 20)
     assert isinstance(over, usage.Over) and over.what == "disk"
+    # A folder its owner closed to itself: root reads it all the same; another measurer counts
+    # it as over the limit (what it cannot read, it cannot count).
+    os.mkdir(os.path.join(top, "closed"), 0o300)
+    read = usage.folder_usage(top, 10 * 2 ** 20)
+    assert isinstance(read, int) if os.geteuid() == 0 else "may not read" in read.why
     usage.remove_tree(top)
     assert not os.path.exists(top)
 

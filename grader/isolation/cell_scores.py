@@ -166,14 +166,20 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         lines.append(f"[REVIEW] {note}")
         return CellScore(cell.grade_id, 0.0, float(cell.points), cell.scored is not None,
                          "\n".join(lines), note, review=True, passed=False)
-    met, review = True, False
+    met, review, unmet = True, False, []
     for key, name in cell.requires:
         ev = evaluations[key]
         if ev.verdict(name) == "inconclusive":
             review = True
         elif ev.verdict(name) != "pass":
             met = False
+            unmet.append(name)
             failure = failure or ev.failure(name)
+    if unmet and cell.scored and evaluations[cell.scored[0]].verdict(cell.scored[1]) == "pass":
+        # A [PASS] above that earns nothing here: say why, in the cell itself.
+        lines.append(f"[0 of {float(cell.points):g} points] this cell's points also need "
+                     f"{' and '.join(unmet)} to pass, and {'they' if len(unmet) > 1 else 'it'} "
+                     f"did not (above)")
     if cell.scored:
         key, name = cell.scored
         verdict = evaluations[key].verdict(name)
