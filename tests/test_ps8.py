@@ -94,9 +94,12 @@ def _registered(qualname: str, backward_scale: str = "2 * y"):
 
 def test_the_registration_travels_as_graphs_and_the_judges_operator_runs_the_problems_kernel():
     spec, reply, blob = _registered("ps8test::rms_pool")
-    assert set(reply) == {"schema", "fake", "backward"}, reply
-    for part in ("fake", "backward"):   # graphs of allow-listed operators, nothing else
-        assert all(n["target"].startswith(("aten.", "operator.")) for n in reply[part]["nodes"])
+    assert set(reply) == {"schema", "fake", "backward", "fake_on", "fake_on_errors"}, reply
+    # The fake is traced on a float32 input, and again on float64, bfloat16 and meta ones.
+    assert set(reply["fake_on"]) == set(custom_ops.FAKE_INPUTS) and not reply["fake_on_errors"]
+    for graph in (reply["fake"], reply["backward"], *reply["fake_on"].values()):
+        # graphs of allow-listed operators, nothing else
+        assert all(n["target"].startswith(("aten.", "operator.")) for n in graph["nodes"])
     calls = []
     kernel = spec.kernel
     spec = dataclasses.replace(spec, kernel=lambda x: calls.append(1) or kernel(x))
@@ -172,9 +175,27 @@ def _op_then(model: str) -> str:
     return _reference_source().split("class FixedSignalModel")[0] + model
 
 
+# The operator called once, on a slice, its result multiplied by 0, beside the pooling written in
+# torch: the graph calls it, but the model's result does not come through it (it earned 13/13).
+DEAD_CALL = '''class FixedSignalModel(SignalModel):
+    def pool(self, h):
+        dead = rms_pool_op(h[:1, :1, :2]).sum() * 0
+        padded = torch.nn.functional.pad(h, (0, h.shape[-1] % 2))
+        pairs = padded.unflatten(-1, (-1, 2))
+        return torch.sqrt((pairs * pairs).sum(-1) / 2 + EPS) + dead
+'''
+# A fake that names float32 (and the default device) whatever it is given: right on the float32
+# CPU inputs of the model, wrong on every other (it earned 13/13).
+FLOAT32_FAKE = ("def _rms_pool_fake(x):", "def _rms_pool_fake(x):\n"
+                "    return torch.empty(*x.shape[:-1], (x.shape[-1] + 1) // 2, "
+                "dtype=torch.float32)\n\ndef _unused(x):")
+
+
 @pytest.mark.parametrize("route, said", [
     # Rewriting the library in torch: correct and one graph, but the library is the one to call.
     ("pure torch", "no operator `ps8::rms_pool`"),
+    ("a dead call beside a pure-torch pool", "does not come through `ps8::rms_pool`"),
+    ("a fake that names float32", "on a float64 input of shape"),
     ("an operator registered but a pure-torch pool", "does not call `ps8::rms_pool`"),
     # allow_in_graph: Dynamo puts the call in the graph, then tracing it runs NumPy on fake
     # tensors; disable: the graph breaks at the call. Either way, not one graph.
@@ -184,6 +205,8 @@ def _op_then(model: str) -> str:
 def test_routes_that_skip_the_operator_earn_nothing(judge, route, said):
     source = {"pure torch": PURE_TORCH,
               "an operator registered but a pure-torch pool": _op_then(PURE_TORCH),
+              "a dead call beside a pure-torch pool": _op_then(DEAD_CALL),
+              "a fake that names float32": _reference_source().replace(*FLOAT32_FAKE),
               "allow_in_graph": AUTOGRAD_FUNCTION.replace("DECORATOR",
                                                           "torch.compiler.allow_in_graph"),
               "compiler.disable": AUTOGRAD_FUNCTION.replace("DECORATOR",
@@ -191,8 +214,11 @@ def test_routes_that_skip_the_operator_earn_nothing(judge, route, said):
     result = grade(judge, source)["ps8.q1"]
     checks = result["checks"]
     assert checks["correctness"]["ok"], checks["correctness"]   # right eagerly ...
-    assert not checks["custom_op"]["ok"] and said in checks["custom_op"]["message"]
-    assert not checks["fullgraph"]["ok"]                        # ... and no structural point
+    assert not checks["custom_op"]["ok"] and said in checks["custom_op"]["message"], \
+        checks["custom_op"]["message"]
+    if route in ("pure torch", "allow_in_graph", "compiler.disable", "an operator registered "
+                                                                      "but a pure-torch pool"):
+        assert not checks["fullgraph"]["ok"]                    # ... and no structural point
     assert points({"ps8.q1": result}) == 0
 
 

@@ -25,6 +25,7 @@ a pure-torch rewrite of the library skips it).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import random
@@ -39,6 +40,10 @@ from grader.common.wire import Packer
 
 # How far the learner's backward may be from the problem's own (float32, one op).
 GRAD_TOLERANCE = (1e-4, 1e-5)
+# The inputs a fake is traced on besides the float32 example: other dtypes the operator may be
+# given, and the meta device (the device of its output must be its input's, whatever it is).
+FAKE_INPUTS = {"float64": (torch.float64, "cpu"), "bfloat16": (torch.bfloat16, "cpu"),
+               "meta": (torch.float32, "meta")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +73,29 @@ class OpSpec:
         """The name a graph node calling the operator travels under ("ps8.rms_pool.default")."""
         namespace, name = self.qualname.split("::")
         return f"{namespace}.{name}.default"
+
+
+# ---------------------------------------------------------------------------------------------
+# The library call, as the judge's own code makes it
+
+_SUBSTITUTE: dict[str, Callable] = {}
+
+
+def library(spec: OpSpec, x: torch.Tensor) -> torch.Tensor:
+    """The library's kernel on ``x`` as the judge's operators and the problem's baseline call it:
+    ``spec.kernel``, or what :func:`library_replaced` put in its place."""
+    return _SUBSTITUTE.get(spec.qualname, spec.kernel)(x)
+
+
+@contextlib.contextmanager
+def library_replaced(spec: OpSpec, kernel: Callable[[torch.Tensor], torch.Tensor]):
+    """Within: every call of ``spec``'s library made through :func:`library` (the judge's
+    operator in a learner's graph, the problem's baseline) runs ``kernel`` instead."""
+    _SUBSTITUTE[spec.qualname] = kernel
+    try:
+        yield
+    finally:
+        _SUBSTITUTE.pop(spec.qualname, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,6 +148,16 @@ def registration_data(spec: OpSpec, packer: Packer) -> dict:
             out["fake"] = _ship(_symbolic(lambda x: found["fake"](x), example), 1, packer)
         except Exception as exc:
             out["fake_error"] = f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+        # Traced again on inputs of every other dtype and device the operator may be given
+        # (tracing bakes each in: a fake that names float32 or the CPU shows it only there).
+        out["fake_on"], out["fake_on_errors"] = {}, {}
+        for label, (dtype, device) in FAKE_INPUTS.items():
+            try:
+                other = example.to(dtype=dtype, device=device)
+                out["fake_on"][label] = _ship(_symbolic(lambda x: found["fake"](x), other), 1,
+                                              packer)
+            except Exception as exc:
+                out["fake_on_errors"][label] = f"{type(exc).__name__}: {str(exc).strip()[:300]}"
     if found["backward"] is None or found["setup_context"] is None:
         out["backward_error"] = ("no autograd formula was registered "
                                  "(torch.library.register_autograd)")
@@ -152,6 +190,7 @@ class Rebuilt:
     backward: Callable | None = None         # the learner's backward graph, rebuilt
     graphs: dict = dataclasses.field(default_factory=dict)     # part -> its LoadedGraph
     problems: list = dataclasses.field(default_factory=list)   # what could not be rebuilt
+    fake_on: dict = dataclasses.field(default_factory=dict)    # FAKE_INPUTS label -> fake graph
 
 
 _COUNTER = itertools.count()
@@ -162,10 +201,9 @@ def _register(spec: OpSpec, fake: Callable | None, backward: Callable | None):
     registration for the life of the process) with ``spec.kernel`` as its real implementation."""
     name = spec.qualname.split("::")[1]
     qualname = f"grader_{spec.qualname.split('::')[0]}_{next(_COUNTER)}::{name}"
-    kernel = spec.kernel
 
     def real(x):
-        return kernel(x)
+        return library(spec, x)
 
     op = torch.library.custom_op(qualname, real, mutates_args=(), schema=spec.schema)
     if fake is not None:
@@ -254,7 +292,23 @@ def rebuild(spec: OpSpec, reply: dict, blob: bytes) -> Rebuilt:
             fake = module
         else:
             backward = module
-    return Rebuilt(_register(spec, fake, backward), schema, fake, backward, graphs, problems)
+    fake_on = {}
+    if fake is not None:
+        sent = reply.get("fake_on") if isinstance(reply.get("fake_on"), dict) else {}
+        errors = reply.get("fake_on_errors") if isinstance(reply.get("fake_on_errors"), dict) \
+            else {}
+        for label in FAKE_INPUTS:
+            if label in errors or not isinstance(sent.get(label), dict):
+                why = str(errors.get(label, "not sent"))[:300]
+                problems.append(f"fake on a {label} input: {why}")
+                continue
+            try:
+                loaded, fake_on[label] = _load(sent[label], blob)
+                graphs[f"fake on {label}"] = loaded
+            except graph_artifact.GraphRefused as exc:
+                problems.append(f"fake on a {label} input: the grader will not run it: {exc}")
+    return Rebuilt(_register(spec, fake, backward), schema, fake, backward, graphs, problems,
+                   fake_on)
 
 
 def _meta(t: torch.Tensor) -> torch.Tensor:
@@ -322,12 +376,39 @@ def check(spec: OpSpec, rebuilt: Rebuilt | None, shapes: list[tuple[int, ...]],
             except Exception as exc:
                 grad_lines.append(f"  on an input of shape {list(shape)} your backward raised "
                                   f"{type(exc).__name__}: {str(exc)[:160]}")
+    for label, variant in rebuilt.fake_on.items():
+        dtype, device = FAKE_INPUTS[label]
+        for shape in shapes[:4]:
+            x = torch.empty(shape, dtype=dtype, device="meta")
+            want = spec.fake(x)
+            try:
+                # Within the grader's bounds first (a fake traced on the CPU may allocate there).
+                graph_artifact.check_on(rebuilt.graphs[f"fake on {label}"], variant, (x,))
+                with torch.no_grad():
+                    got = variant(x)
+            except Exception as exc:
+                fake_lines.append(f"  on a {label} input of shape {list(shape)} your fake raised "
+                                  f"{type(exc).__name__}: {str(exc)[:160]}")
+                break
+            wrong = [f"{what} {g}, not {w}" for what, g, w in (
+                ("dtype", getattr(got, "dtype", None), want.dtype),
+                ("shape", list(getattr(got, "shape", [])), list(want.shape)),
+                ("strides", got.stride() if isinstance(got, torch.Tensor) else None,
+                 want.stride()),
+                ("device", getattr(got, "device", None) if device == "meta" else want.device,
+                 want.device)) if g != w]
+            if wrong:
+                fake_lines.append(f"  on a {label} input of shape {list(shape)} your fake gives "
+                                  + "; ".join(wrong) + " (the output has the input's dtype and "
+                                  "device: `x.new_empty`, or `dtype=x.dtype, device=x.device`)")
+                break
     listed = ", ".join(str(list(s)) for s in shapes)
     if rebuilt.fake is not None:
         ok = ok and not fake_lines
         lines.append(f"fake implementation: {'agrees' if not fake_lines else 'DISAGREES'} with "
                      f"the library's real output (shape, dtype, strides) on inputs of shapes "
-                     f"{listed}" + (":" if fake_lines else ""))
+                     f"{listed}, and on {', '.join(FAKE_INPUTS)} inputs"
+                     + (":" if fake_lines else ""))
         lines += fake_lines[:6]
     if rebuilt.backward is not None:
         ok = ok and not grad_lines
@@ -347,3 +428,39 @@ def check(spec: OpSpec, rebuilt: Rebuilt | None, shapes: list[tuple[int, ...]],
                      f"{graph_operators.count(spec.graph_name)} time(s); the grader ran it as "
                      f"the library's kernel with your fake and your backward")
     return CheckOutcome(ok, "\n".join(lines), details={"shapes": [list(s) for s in shapes]})
+
+
+# How the library's output is changed to see whether a model's result comes through it.
+CHANGED_LIBRARY = (1.5, 0.25)      # y -> 1.5 y + 0.25
+
+
+def computes_through(spec: OpSpec, graphs: dict, original: Callable, classes: dict,
+                     device: str, seed: int) -> str:
+    """'' when the learner's result depends on the library call as the original's does: with
+    the library's output changed (:data:`CHANGED_LIBRARY`, through :func:`library_replaced`),
+    the learner's graph (``graphs``: input class -> the graph run there) and ``original`` (the
+    problem's model, calling the library through :func:`library`) give the same result again
+    on a fresh input of every class; else why not. A call whose result is thrown away, or
+    multiplied by zero, beside the pooling rewritten in torch does not follow the change."""
+    from grader.checks import correctness
+    from grader.problems import seeded_generator
+
+    scale, shift = CHANGED_LIBRARY
+    kernel = spec.kernel
+    rng = random.Random(seed)
+    for name, make in classes.items():
+        graph = graphs.get(name)
+        if graph is None:
+            continue
+        args = make(seeded_generator(rng.randrange(2 ** 31)), device)
+        with torch.no_grad(), library_replaced(spec, lambda x: kernel(x) * scale + shift):
+            want = original(*args)
+            got = graph(*args)
+        why = correctness.compare_output(got, want, "the result")
+        if why is not None:
+            return (f"your model's result does not come through `{spec.qualname}`: with the "
+                    f"library's output changed to {scale:g} y + {shift:g}, the original's "
+                    f"result changes and yours does not change with it, on {name} ({why}). "
+                    f"The operator must compute the pooling your model uses: a call whose "
+                    f"result is unused, or multiplied by zero, is not the lesson")
+    return ""

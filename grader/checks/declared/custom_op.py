@@ -11,9 +11,21 @@ from grader.checks.results import Check, CheckOutcome, Need
 
 def decide(case) -> CheckOutcome:
     spec = case.problem.custom_op
-    return custom_ops.check(spec, case.evidence.custom_op,
-                            spec.shapes(random.Random(correctness.fresh_seeds(1)[0])),
-                            case.graph_operators(), correctness.fresh_seeds(1)[0])
+    outcome = custom_ops.check(spec, case.evidence.custom_op,
+                               spec.shapes(random.Random(correctness.fresh_seeds(1)[0])),
+                               case.graph_operators(), correctness.fresh_seeds(1)[0])
+    graph = case.graph
+    if not outcome.ok or graph is None or not graph.ok or not graph.by_class:
+        return outcome
+    # Called is not enough: the model's result must come through it, on every class of inputs.
+    why = custom_ops.computes_through(spec, graph.by_class, case.side.base_model,
+                                      case.evidence.classes or {case.problem.inputs_name:
+                                                                case.problem.make_inputs},
+                                      case.device, correctness.fresh_seeds(1)[0])
+    line = why or (f"and your model's result comes through it: with the library's output "
+                   f"changed, yours changes as the original's does, on every kind of input")
+    return CheckOutcome(not why, f"{outcome.message}\n{line}", "fail" if why else outcome.verdict,
+                        outcome.details)
 
 
 def _allowed(problem) -> str:
