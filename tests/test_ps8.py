@@ -251,3 +251,20 @@ def test_a_backward_beyond_the_graders_bounds_is_refused_before_it_runs():
     rebuilt = custom_ops.rebuild(spec, custom_ops.registration_data(spec, packer), packer.blob())
     assert rebuilt.backward is None and any("too large" in p for p in rebuilt.problems), \
         rebuilt.problems
+
+
+def test_a_fake_with_wrong_strides_is_a_verdict_and_its_graph_is_not_timed(judge):
+    """Inductor trusts a fake's strides: a graph compiled from a wrong one failed in the speed
+    step ("expected size 16==16, stride 2048==4096"), which made every cell a grader error. The
+    fake is named by the custom-operator check, and nothing of it is compiled or timed."""
+    wrong = ("return x.new_empty(*x.shape[:-1], (x.shape[-1] + 1) // 2)",
+             "return x.new_empty(*x.shape[:-2], (x.shape[-1] + 1) // 2, x.shape[-2]).transpose("
+             "-1, -2)")
+    source = _reference_source()
+    assert wrong[0] in source
+    result = grade(judge, source.replace(*wrong), checks=[*NO_SPEED, "speed"])["ps8.q1"]
+    assert result["status"] == "ok", result           # a verdict on the code, not the grader's
+    checks = result["checks"]
+    assert not checks["custom_op"]["ok"] and "strides" in checks["custom_op"]["message"]
+    assert not checks["speed"]["ok"] and checks["speed"]["message"].startswith("not timed")
+    assert points({"ps8.q1": result}) == 0

@@ -21,7 +21,12 @@ backward runs the learner's backward graph; the learner's model graph then calls
 the ``custom_op`` check: the schema, the fake against the real kernel (shape, dtype, strides)
 on every shape the judge gives it, the backward against the problem's own formula on fresh
 inputs of those shapes, and that the learner's model graph calls the operator (the lesson:
-a pure-torch rewrite of the library skips it).
+a pure-torch rewrite of the library skips it); :func:`computes_through` that the model's result
+comes through it.
+
+Why one long module: the subject's half of the exchange (what it traces and sends) and the
+judge's (what it rebuilds and checks from that) are one format, kept together so that a change
+to one is seen beside the other.
 """
 from __future__ import annotations
 
@@ -443,7 +448,6 @@ def computes_through(spec: OpSpec, graphs: dict, original: Callable, classes: di
     on a fresh input of every class; else why not. A call whose result is thrown away, or
     multiplied by zero, beside the pooling rewritten in torch does not follow the change."""
     from grader.checks import correctness
-    from grader.problems import seeded_generator
 
     scale, shift = CHANGED_LIBRARY
     kernel = spec.kernel
@@ -452,7 +456,7 @@ def computes_through(spec: OpSpec, graphs: dict, original: Callable, classes: di
         graph = graphs.get(name)
         if graph is None:
             continue
-        args = make(seeded_generator(rng.randrange(2 ** 31)), device)
+        args = make(torch.Generator(device="cpu").manual_seed(rng.randrange(2 ** 31)), device)
         with torch.no_grad(), library_replaced(spec, lambda x: kernel(x) * scale + shift):
             want = original(*args)
             got = graph(*args)

@@ -255,14 +255,10 @@ def _held_for_review(run, outcome) -> bool:
     """Whether some of the submission's cells are held for a person (an undecided verdict: a
     noisy machine's inconclusive speed, or a ps3 job within the measured spread): it scores less
     until then, which is the grader doing its job, not a wrong score. make grade says so."""
-    from grader import _files as files
-    from grader.cohort.scoring import JudgedScores
+    from grader.cohort.scoring import held_for_review
 
     sub = outcome.submission
-    judged = JudgedScores.load(os.path.join(files.autograded_dir(run.course, sub.student,
-                                                                 sub.assignment),
-                                            files.RESULTS_FILE))
-    held = bool(judged) and any(c.review for c in judged.cell_scores().values())
+    held = held_for_review(run.course, sub)
     if held:
         print(f"demo: {sub.name}: {outcome.score:g} until a person looks at the cells held for "
               f"review (written down: {expected_scores()[sub.assignment][sub.student]:g})")

@@ -400,6 +400,14 @@ def summarize(run: Run) -> None:
                                      or "nothing this run"))
     for o in failed:
         run.log(f"  NOT GRADED (scored 0): {o.submission.name}: {o.reason.splitlines()[0] if o.reason else ''}")
+    held = held_this_run(run)
+    if held:
+        run.log(f"{len(held)} graded submission(s) have cells HELD FOR A PERSON (a grader error, "
+                f"or a verdict this machine's noise left undecided), scored 0 or a share until "
+                f"graded by hand in Formgrader (needs manual grade), or regraded on a quieter "
+                f"machine (REGRADE=1):")
+        for o, cells in held:
+            run.log(f"  HELD: {o.submission.name}: {', '.join(cells)}")
     run.log(f"gradebook: {os.path.join(run.course, files.GRADEBOOK)}")
     run.log(f"feedback:  {os.path.join(run.course, files.FEEDBACK)}/STUDENT/ASSIGNMENT/")
     run.log(f"grades:    {run.csv_path}")
@@ -469,8 +477,8 @@ def grade(course: str = ".", assignments: list[str] | None = None,
 
 def exit_status(run: Run) -> int:
     """0 when every submission has a grade from its own notebook; 2 when some scored zero
-    because they could not be graded (the summary says which). For the demo cohort, 0 when the
-    scores are the written-down ones."""
+    because they could not be graded, or some graded now have cells held for a person (the
+    summary says which). For the demo cohort, 0 when the scores are the written-down ones."""
     if run.demo:
         from grader.cohort.demo import check_expected
 
@@ -478,7 +486,23 @@ def exit_status(run: Run) -> int:
         for line in mismatches:
             print(f"demo: unexpected score: {line}")
         return 1 if mismatches else 0
-    return 2 if any(o.status == Graded.FAILED for o in run.outcomes) else 0
+    if any(o.status == Graded.FAILED for o in run.outcomes) or held_this_run(run):
+        return 2
+    return 0
+
+
+def held_this_run(run: Run) -> list[tuple]:
+    """(outcome, held cells) of every submission graded in this run with cells held for a person
+    (:func:`grader.cohort.scoring.held_for_review`)."""
+    from grader.cohort.scoring import held_for_review
+
+    held = []
+    for o in run.outcomes:
+        if o.status == Graded.GRADED:
+            cells = held_for_review(run.course, o.submission)
+            if cells:
+                held.append((o, cells))
+    return held
 
 
 class _OneLineErrors(argparse.ArgumentParser):

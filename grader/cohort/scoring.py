@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from typing import Callable
 
@@ -281,3 +282,17 @@ def declared_test_cells_problems(source_notebook: str, assignment: str) -> list[
                  for g in declared if g not in seen]
     return problems
 
+
+
+def held_for_review(course: str, submission) -> list[str]:
+    """The test cells of ``submission`` (graded into ``course``) held for a person: a grader
+    error, or a verdict this machine's noise left undecided. They score 0, or a share, until
+    someone grades them by hand (Formgrader: needs manual grade)."""
+    from grader import _files as files
+
+    judged = JudgedScores.load(os.path.join(files.autograded_dir(course, submission.student,
+                                                                 submission.assignment),
+                                            files.RESULTS_FILE))
+    if not judged:
+        return []
+    return [grade_id for grade_id, cell in judged.cell_scores().items() if cell.review]

@@ -11,6 +11,14 @@ from grader.checks.results import Check, CheckOutcome, Need
 
 def decide(case) -> CheckOutcome:
     graph = case.graph
+    custom_op = case.outcomes.get("custom_op")
+    if custom_op is not None and not custom_op.ok:
+        # Inductor compiles the graph from what the operator's fake says of its output (shape,
+        # dtype, strides): a fake found wrong would be trusted there, and the compiled graph
+        # would fail or compute on the wrong layout. Nothing of it is timed.
+        return CheckOutcome(False, "not timed: the graph is compiled from what your custom "
+                                   "operator's fake says of its output, and the custom-operator "
+                                   "check found it wrong (above): fix that first", "fail")
     recompiles = case.outcomes.get("recompiles")
     if recompiles is not None and not recompiles.ok and graph is not None and graph.ok:
         # Say which part of the recompile check failed, not a guess.
@@ -53,4 +61,4 @@ def _timed(case) -> CheckOutcome:
 
 
 CHECK = Check("speed", "speedup target", {Need.GRAPH, Need.TIMINGS}, decide,
-              requires=("correctness",), after=("recompiles",), phase="check speed")
+              requires=("correctness",), after=("recompiles", "custom_op"), phase="check speed")
