@@ -48,10 +48,13 @@ def judge():
     return Judge()
 
 
-def grade(judge, keys: list[str], source: str, checks: list[str] | None = None) -> dict:
+def grade(judge, keys: list[str], source: str, checks: list[str] | None = None,
+          reference: str | None = None) -> dict:
+    """``reference='off'``: without the instructor's cells (for ps3 q1: no yardstick rule)."""
     job = job_for(keys, [Cell("cell 7", source)], course_root=ROOT,
                   checks={k: [c for c in get_problem(k).checks if checks is None or c in checks]
-                          for k in keys}, budget_s=8.0)
+                          for k in keys}, budget_s=8.0,
+                  **({"reference": reference} if reference else {}))
     return judge.grade(job).to_dict()["results"]
 
 
@@ -310,14 +313,17 @@ def test_ps3_the_reference_rule_earns_question_1_where_its_figures_were_measured
 
 
 def test_ps3_hidden_jobs_are_pairs_drawn_fresh_near_the_break_even(ps3_judge):
+    # 1.5-3x below the least of the rounds' break-evens, and above the greatest.
+    least, greatest = _figures().spread()
     seen = []
     for _ in range(2):
         result = grade(ps3_judge, ["ps3.q1"], _rule('return "none"'))["ps3.q1"]
         jobs = result["checks"]["job"]["jobs"]
         assert [j["part"] for j in jobs] == ["short"] * 5 + ["long"] * 5
         for j in jobs:
-            low, high = (B / 3, B / 1.5) if j["part"] == "short" else (1.5 * B, 3 * B)
-            assert low - 1 <= j["calls"] <= high + 1, (j, B)
+            low, high = (least / 3, least / 1.5) if j["part"] == "short" else \
+                (1.5 * greatest, 3 * greatest)
+            assert low - 1 <= j["calls"] <= high + 1, (j, least, greatest)
         seen.append([j["calls"] for j in jobs])
     assert seen[0] != seen[1]          # drawn from fresh seeds for every submission
 
@@ -348,17 +354,63 @@ def test_ps3_the_rule_is_asked_among_decoys_drawn_like_the_hidden_jobs(ps3_judge
     assert sizes != sorted(sizes)                # shuffled
 
 
-def test_ps3_a_job_within_the_spread_of_the_break_even_is_undecided_not_wrong(monkeypatch):
-    """Where the rounds' figures disagree about a job (here one round's compiles took 5x,
-    another's a fifth: every hidden job lies within that spread), the job is undecided: the cell
-    is held for review, and no job is marked wrong."""
-    monkeypatch.setattr(reference_side, "measure_jobs",
-                        lambda problem, device: _figures(rounds=(1.0, 0.2, 5.0)))
+def test_ps3_on_a_busy_machine_the_jobs_lie_outside_the_rounds_spread_and_are_decided(
+        monkeypatch):
+    """A machine busy while the judge measured (here one round's compiles took 5x, another's a
+    fifth: a loaded 2-core machine's rounds once ranged 37,410-69,460 calls) would have made
+    every job 1.5-3x from the break-even undecided, the reference's rule included (it scored
+    0 of 5): the jobs are drawn outside the spread of the rounds, and each is decided."""
+    figures = _figures(rounds=(1.0, 0.2, 5.0))
+    least, greatest = figures.spread()
+    assert greatest / least > 9
+    monkeypatch.setattr(reference_side, "measure_jobs", lambda problem, device: figures)
     result = grade(Judge(), ["ps3.q1"], _threshold(B))["ps3.q1"]
+    points, text, review = _q1_points(result)
+    assert (points, review) == (5, False), text
+    assert "UNDECIDED" not in text
+    for job in result["checks"]["job"]["jobs"]:
+        assert job["calls"] < least / 1.5 + 1 if job["part"] == "short" else \
+            job["calls"] > 1.5 * greatest - 1, job
+
+
+def test_ps3_a_job_the_rounds_disagree_about_is_undecided_not_wrong(monkeypatch):
+    """Where one round found that compiling never pays (its compiled calls as slow as eager's),
+    the rounds have no spread to draw outside of: the jobs are drawn around the break-even, the
+    rounds' figures disagree about the long ones, and those are undecided: the cell is held for
+    review, and no job is marked wrong. (Judged without the instructor's rule, which would hold
+    the whole question on such figures: the next test.)"""
+    figures = _figures()
+    figures.rounds[2]["samples"] = {m: list(figures.rounds[2]["samples"]["none"])
+                                    for m in figures.rounds[2]["samples"]}
+    assert figures.spread() is None and figures.break_even is not None
+    monkeypatch.setattr(reference_side, "measure_jobs", lambda problem, device: figures)
+    result = grade(Judge(), ["ps3.q1"], _threshold(B), reference="off")["ps3.q1"]
     points, text, review = _q1_points(result)
     assert result["checks"]["job"]["verdict"] == "inconclusive"
     assert review and "UNDECIDED" in text and "-> WRONG" not in text, text
     assert "[REVIEW]" in text
+
+
+def test_ps3_figures_the_reference_rule_misses_hold_the_question_for_everyone(monkeypatch):
+    """On figures where the instructor's own rule does not earn question 1 (compiles four times
+    slower than where its threshold was written: a busy or different machine), the judge
+    measures again once, then holds the question for every submission with one reason for the
+    instructor: no learner scores 0 there for the machine's sake (the reference once did)."""
+    measured = []
+
+    def measure(problem, device):
+        measured.append(1)
+        return _figures({m: 4 * t for m, t in COMPILE_S.items()})
+
+    monkeypatch.setattr(reference_side, "measure_jobs", measure)
+    threshold = _reference_threshold()
+    assert threshold < _figures({m: 4 * t for m, t in COMPILE_S.items()}).break_even / 1.5
+    result = grade(Judge(), ["ps3.q1"], REFERENCE_PS3)["ps3.q1"]
+    points, text, review = _q1_points(result)
+    assert len(measured) == 2                       # measured again once
+    assert review and points == 0 and "HELD FOR REVIEW" in text, text
+    assert "the reference solution's own rule does not earn ps3.q1" in text
+    assert "[REVIEW]" in text and "-> WRONG" not in text
 
 
 @pytest.mark.parametrize("body, said", [
@@ -374,10 +426,12 @@ def test_ps3_rule_that_raises_or_answers_no_mode_scores_nothing(ps3_judge, body,
 
 
 def test_ps3_where_compiling_never_pays_every_right_answer_is_eager(monkeypatch):
+    # (Judged without the instructor's rule, which compiles past its threshold and would hold
+    # the question on such figures.)
     slower = {m: (140e-6 if m == "none" else 150e-6) for m in MODES}
     monkeypatch.setattr(reference_side, "measure_jobs",
                         lambda problem, device: _figures(per_call=slower))
-    results = grade(Judge(), ["ps3.q1"], _rule('return "none"'))
+    results = grade(Judge(), ["ps3.q1"], _rule('return "none"'), reference="off")
     message = results["ps3.q1"]["checks"]["job"]["message"]
     assert "no compile mode is faster per call than eager here" in message, message
     assert all(10 ** 3 <= j["calls"] <= 10 ** 6 for j in results["ps3.q1"]["checks"]["job"]["jobs"])

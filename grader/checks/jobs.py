@@ -63,6 +63,10 @@ class JobFigures:
     compile_threads: int | None = None
     load: tuple[float, float] | None = None
     seconds: float = 0.0
+    # Why jobs cannot be judged fairly on these figures ('' : they can): the instructor's own
+    # rule does not earn the question on them (a machine busy while it measured, or unlike the
+    # one the rule was written for). Every submission's question is then held for a person.
+    unfit: str = ""
 
     # -- the figures -------------------------------------------------------------------------------
     def _expand(self, measured: dict) -> dict:
@@ -168,7 +172,7 @@ class JobFigures:
                 "shared": dict(self.shared), "device": self.device,
                 "compile_threads": self.compile_threads,
                 "load": list(self.load) if self.load else None, "seconds": round(self.seconds, 2),
-                "break_even": self.break_even, "spread": self.spread()}
+                "break_even": self.break_even, "spread": self.spread(), "unfit": self.unfit}
 
     @classmethod
     def from_dict(cls, data: dict, modes: Sequence[str]) -> "JobFigures":
@@ -195,7 +199,8 @@ class JobFigures:
         threads = data.get("compile_threads")
         return cls(tuple(modes), eager, rounds, shared, str(data.get("device") or "cpu"),
                    int(threads) if threads is not None else None,
-                   load if load and len(load) == 2 else None, float(data.get("seconds") or 0.0))
+                   load if load and len(load) == 2 else None, float(data.get("seconds") or 0.0),
+                   str(data.get("unfit") or ""))
 
 
 # ---------------------------------------------------------------------------------------------

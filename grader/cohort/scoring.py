@@ -159,7 +159,8 @@ def yardstick(key: str, figures: dict) -> str:
         measured = JobFigures.from_dict(figures, get_problem(key).plan.modes)
     except (KeyError, ValueError) as exc:
         return f"no usable figures ({exc})"
-    return f"{measured.summary()}; measured once for the run in {measured.seconds:.0f} s"
+    said = f"{measured.summary()}; measured once for the run in {measured.seconds:.0f} s"
+    return said + (f"\n  HELD: {measured.unfit}" if measured.unfit else "")
 
 
 def _scores(assignment: str, evaluations: dict) -> dict:

@@ -257,6 +257,7 @@ class Judge:
             problem = get_problem(key, module)
             side = self.side(problem, cells or None, device, module, job.measured_jobs)
             if problem.plan is not None:   # measured now, before the first submission
+                _fit_figures(side)
                 measured[key] = side.job_figures().to_dict()
             seconds[key] = round(side.seconds, 2)
         return JudgeReply(built=seconds, measured_jobs=measured)
@@ -751,8 +752,10 @@ class Judge:
         rng = random.Random(correctness.fresh_seeds(1)[0])
         hidden, decoys = [], []
         if judge_jobs:
-            break_even = side.job_figures().break_even
-            hidden = hidden_job_sizes(plan, break_even, rng)
+            _fit_figures(side)
+            figures = side.job_figures()
+            break_even = figures.break_even
+            hidden = hidden_job_sizes(plan, break_even, rng, figures.spread())
             decoys = decoy_job_sizes(plan, break_even, rng)
         sizes = list(dict.fromkeys([*plan.examples, *PROBE_SIZES, *(n for _, n in hidden),
                                     *decoys]))
@@ -1019,19 +1022,75 @@ def _log_uniform(rng: random.Random, low: float, high: float) -> int:
 PROBE_SIZES = tuple(int(round(10 ** (k / 4))) for k in range(4, 33))
 
 
-def hidden_job_sizes(plan, break_even: float | None, rng: random.Random) -> list[tuple[str, int]]:
+def hidden_job_sizes(plan, break_even: float | None, rng: random.Random,
+                     spread: tuple[float, float] | None = None) -> list[tuple[str, int]]:
     """A planning question's hidden jobs, ``(part, calls)``: ``plan.pairs`` sizes drawn
-    log-uniformly in ``[B/far, B/near]`` ("short") and as many in ``[near*B, far*B]`` ("long"),
-    ``B`` this machine's break-even; the i-th of each make a pair. Where compiling never pays
-    (``B`` is ``None``), every size is drawn across ``plan.fallback``, the smaller half "short",
-    the larger "long" (not compiling is then right for each)."""
+    log-uniformly in ``[low/far, low/near]`` ("short") and as many in ``[near*high, far*high]``
+    ("long"), where ``low`` and ``high`` are the least and the greatest break-even of the
+    rounds this machine measured (``spread``; ``B``, the break-even, for both where not given);
+    the i-th of each make a pair. Drawn outside the rounds' spread, every job has one right
+    answer on every round's figures however busy the machine was while it measured (a job
+    within the spread would be undecided for every rule, the reference's too). Where compiling
+    never pays (``B`` is ``None``), every size is drawn across ``plan.fallback``, the smaller
+    half "short", the larger "long" (not compiling is then right for each)."""
     n = plan.pairs
     if break_even is None:
         sizes = sorted(_log_uniform(rng, *plan.fallback) for _ in range(2 * n))
         return [("short", c) for c in sizes[:n]] + [("long", c) for c in sizes[n:]]
-    b = break_even
-    return ([("short", _log_uniform(rng, b / plan.far, b / plan.near)) for _ in range(n)]
-            + [("long", _log_uniform(rng, b * plan.near, b * plan.far)) for _ in range(n)])
+    low, high = spread if spread is not None else (break_even, break_even)
+    return ([("short", _log_uniform(rng, low / plan.far, low / plan.near)) for _ in range(n)]
+            + [("long", _log_uniform(rng, high * plan.near, high * plan.far))
+               for _ in range(n)])
+
+
+# How many sets of hidden jobs the instructor's rule is tried on before a run's figures judge
+# the learners' (each set as one submission's: the pairs the question grades).
+YARDSTICK_SETS = 20
+
+
+def reference_rule_verdict(side: ReferenceSide) -> str:
+    """'' when the instructor's rule (``side.reference_rule``) earns a planning question on the
+    figures this judge measured, on :data:`YARDSTICK_SETS` sets of hidden jobs drawn as a
+    submission's are; else why not, in the instructor's words (no rule: '')."""
+    rule, plan = side.reference_rule, side.problem.plan
+    if rule is None:
+        return ""
+    figures = side.job_figures()
+    sets = figures.figure_sets()
+    kind = torch.device(side.device).type
+    rng = random.Random(0)
+    missed = []
+    for _ in range(YARDSTICK_SETS):
+        for _part, calls in hidden_job_sizes(plan, figures.break_even, rng, figures.spread()):
+            choice = rule(calls, kind)
+            verdict = targets.judge_plan_choice(sets, calls, choice, plan.fraction)[0] \
+                if choice in plan.modes else "fail"
+            if verdict != "pass":
+                missed.append((calls, choice, verdict))
+    if not missed:
+        return ""
+    calls, choice, verdict = missed[0]
+    return (f"the reference solution's own rule does not earn {side.problem.key} on the figures "
+            f"this machine measured ({figures.summary()}): of "
+            f"{YARDSTICK_SETS * 2 * plan.pairs} hidden jobs drawn as a submission's are, it "
+            f"gets {len(missed)} wrong or undecided (a job of {calls:,} calls: it chose "
+            f"{choice!r}, {verdict}). The machine was busy while it measured, or is unlike the "
+            f"one the rule was written for: every submission's question is held for a person "
+            f"(regrade it on a quiet machine: make grade ASSIGNMENT={side.problem.assignment} "
+            f"REGRADE=1)")
+
+
+def _fit_figures(side: ReferenceSide) -> None:
+    """Judge a planning question's figures by the instructor's rule before any submission is:
+    measured again once where it misses; where it still does, the figures carry the reason
+    (:attr:`JobFigures.unfit`) and every submission's question is held for a person."""
+    if side.problem.plan is None or side.reference_rule is None or side.job_figures().unfit:
+        return
+    why = reference_rule_verdict(side)
+    if why:
+        side.jobs = None            # measured again: the load that moved them may have gone
+        why = reference_rule_verdict(side)
+    side.job_figures().unfit = why
 
 
 def decoy_job_sizes(plan, break_even: float | None, rng: random.Random) -> list[int]:

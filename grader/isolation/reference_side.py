@@ -85,6 +85,7 @@ class ReferenceSide:
     reference_options: dict = dataclasses.field(default_factory=dict)
     jobs: JobFigures | None = None
     seconds: float = 0.0
+    reference_rule: object | None = None     # a planning question's: the instructor's rule
     reference_nodes: int | None = None       # the reference graph's operators
     reference_peak_bytes: int | None = None  # ... and the most bytes its tensors hold at once
 
@@ -114,6 +115,13 @@ class ReferenceSide:
         base_timed = base_eager
         if problem.plan is not None:
             side = cls(problem, device, base_model, base_eager, base_timed, jobs=jobs)
+            if reference_cells:     # the instructor's rule: the yardstick of the run's figures
+                from grader.isolation.subject import exec_cells, namespace_for
+
+                namespace = namespace_for(problem_module or f"grader.problems.{problem.assignment}",
+                                          f"__reference_{problem.key.replace('.', '_')}__")
+                exec_cells(reference_cells, namespace)  # the instructor's code, never a learner's
+                side.reference_rule = getattr(namespace[problem.entry], problem.plan.method)
             side.seconds = time.monotonic() - started
             return side
         timed = Need.TIMINGS in problem.needs() if timed is None else timed

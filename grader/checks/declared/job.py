@@ -24,6 +24,10 @@ def decide(case) -> CheckOutcome:
                 f"call) is at least {plan.fraction:.0%} of the best choice's, on these "
                 f"figures and on each round's own; a job whose verdict changes from one "
                 f"round's figures to another's is undecided (held for review), not wrong")
+    if figures.unfit:
+        # The whole question, for everyone: one reason, for the instructor, no verdict.
+        return CheckOutcome(False, "\n".join([*head, f"  HELD FOR REVIEW: {figures.unfit}"]),
+                            "inconclusive", {"figures": figures.to_dict()})
     sets = figures.figure_sets()
     judged = {"short": [], "long": []}
     jobs = []
