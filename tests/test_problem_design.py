@@ -533,10 +533,11 @@ HAND_NORM_PS3 = """class BatchScorer(PerSampleScorer):
 """
 
 
-def test_ps3s_padded_per_row_loop_compiles_once_but_earns_no_recompile_point(judge):
+def test_ps3s_padded_per_row_loop_compiles_once_but_earns_nothing(judge):
     """Padding every batch to 64 rows and keeping the per-row loop is correct, one graph, and
     compiles once; but its graph holds a copy of the loop's body per row, which the operator
-    check counts (the lesson is one batched computation): the recompile cell earns nothing."""
+    check counts (the lesson is one batched computation): neither cell earns anything (the
+    correctness cell's 2 points once did)."""
     results = grade(judge, ["ps3.q2"], PADDED_LOOP_PS3)
     checks = results["ps3.q2"]["checks"]
     assert checks["correctness"]["ok"] and checks["fullgraph"]["ok"], checks
@@ -548,6 +549,7 @@ def test_ps3s_padded_per_row_loop_compiles_once_but_earns_no_recompile_point(jud
     score = score_cell(cell, {"ps3.q2": Evaluation(get_problem("ps3.q2"), results["ps3.q2"])})
     assert score.points == 0 and "operators in the graph" in score.text, score.text
     assert "hint: no Python loop over rows at all" in score.text, score.text
+    assert points("ps3", results) == 0
 
 
 @pytest.mark.parametrize("source", [HAND_NORM_PS3, solution_cells(

@@ -151,8 +151,11 @@ TEST_CELLS = [
     # One point per pair of hidden jobs, one below the grading machine's break-even and one above
     # it, both right (five pairs): a rule that answers the same for every size earns nothing.
     TestCell("ps3-q1-jobs", 5, requires=(("ps3.q1", "rule"),), scored=("ps3.q1", "job")),
-    # Correct outputs alone earn nothing: the points need the lesson too (see ps1).
-    TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"), ("ps3.q2", "recompiles"))),
+    # Correct outputs alone earn nothing: the points need the lesson too (see ps1), which is one
+    # batched computation: compiled once (recompiles) and no loop over rows (operators: a loop
+    # over 64 padded rows compiles once too, but copies its body into the graph per row).
+    TestCell("ps3-q2-correctness", 2, requires=(("ps3.q2", "correctness"), ("ps3.q2", "recompiles"),
+                                                ("ps3.q2", "operators"))),
     TestCell("ps3-q2-recompiles", 3, requires=(("ps3.q2", "recompiles"), ("ps3.q2", "fullgraph"),
                                                ("ps3.q2", "operators"))),
 ]
