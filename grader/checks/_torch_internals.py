@@ -597,8 +597,20 @@ def aten_graph(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[torch.fx
 
     mode = detect_fake_mode(example_inputs)
     fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in example_inputs]
+    # A functorch transform (``torch.vmap``) reaches the graph as its own calls
+    # (``torch._functorch.predispatch``), which tracing above autograd does not follow: the
+    # batched values became fake constants (torch 2.14). Traced below autograd instead, where
+    # the transform's batching rules turn them into plain ATen operators.
+    transformed = any(node.op == "call_function"
+                      and getattr(node.target, "__module__", "").startswith("torch._functorch")
+                      for node in gm.graph.nodes)
     with mode:
-        traced = make_fx(gm, pre_dispatch=True)(*fake)
+        traced = make_fx(gm, pre_dispatch=not transformed)(*fake)
+    for node in traced.graph.nodes:
+        if node.op == "get_attr" and isinstance(getattr(traced, node.target, None),
+                                                torch._subclasses.FakeTensor):
+            raise ValueError("tracing the graph lost track of a value it computes (it became a "
+                             "constant of the tracer's own): the grader cannot follow this graph")
     # Tracing leaves reads nobody uses (with dynamic=True, a float attribute such as a layer
     # norm's eps arrives as a 0-d tensor and is read with .item() whether used or not): drop them.
     for node in reversed(list(traced.graph.nodes)):

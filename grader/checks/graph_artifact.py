@@ -106,9 +106,10 @@ adjoint swapaxes swapdims moveaxis ravel relu6 hardshrink softshrink tanhshrink 
 log_sigmoid_forward glu prelu addr bilinear cosine_similarity pairwise_distance cdist cummax
 cummin logcumsumexp nansum nanmean count_nonzero isclose expand_copy view_copy permute_copy
 transpose_copy unsqueeze_copy squeeze_copy slice_copy select_copy alias_copy"""
-# In place: what a key/value cache or a running buffer needs.
+# In place: what a key/value cache or a running buffer needs; and the shape changes a vmap's
+# batching rules emit (``squeeze_``, ``unsqueeze_``: on the judge's own copies, as every value).
 _IN_PLACE = """copy_ fill_ zero_ index_copy_ index_put_ index_add_ masked_fill_ scatter_
-scatter_add_ add_ sub_ mul_ div_ clamp_ relu_"""
+scatter_add_ add_ sub_ mul_ div_ clamp_ relu_ squeeze_ unsqueeze_"""
 ALLOWED_ATEN = frozenset(" ".join([_POINTWISE, _REDUCTIONS, _LINEAR_ALGEBRA, _SHAPES,
                                    _IN_PLACE]).split())
 
