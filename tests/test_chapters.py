@@ -498,6 +498,15 @@ def test_chapter10_ddp_fsdp_checkpointing_and_random_numbers(executed):
     assert rows["DDP compiled, optimize_ddp='no_optimization': graphs"] == 1
     assert rows["DDP compiled, optimize_ddp='python_reducer' + compiled autograd: graphs"] == 2
     assert rows["DDP compiled (ddp_optimizer): max |gradient - eager DDP's|"] < 1e-4
+    # the fourth value of optimize_ddp behaves as no_optimization (nothing reads it)
+    assert rows["optimize_ddp='python_reducer_without_compiled_forward', traced: graphs"] == 1
+    # DDP's own buckets: one in the first iteration, then rebuilt with the cap passed as the first
+    # bucket's cap too; DDPOptimizer's first piece is cut at 1 MiB whatever the cap
+    assert rows["eager DDP: buckets in the first iteration"] == 1
+    assert rows[f"eager DDP, bucket_cap_mb={bucket_mb} passed: first rebuilt bucket"] >= bucket_mb
+    assert 1 <= rows["DDPOptimizer's first piece (its rule)"] < 1.1
+    # GELU's erf is not recomputed by the checkpoint: its derivative computes it already
+    assert rows["erf operations the checkpoint adds to the backward (checkpoint each block)"] == 0
     # FSDP2: each process holds half the parameters; one graph for the blocks, one for the first
     assert 0.45 < rows["FSDP2, 2 processes: parameter bytes per process / whole model"] < 0.55
     assert rows[f"FSDP2, {layers} blocks compiled one by one: graphs"] == 2
@@ -519,4 +528,11 @@ def test_chapter10_ddp_fsdp_checkpointing_and_random_numbers(executed):
     assert "gradients the same in every process: True" in text
     assert "equal: True" in text
     assert "requires_grad mismatch" in text
+    assert f"DDPOptimizer used bucket cap {bucket_mb * 2 ** 20} and created {buckets} buckets" in text
+    # between a forward and its backward the blocks are resharded, the root is not
+    assert "on the blocks ['DTensor'], on the root (the head) ['Parameter']" in text
+    assert "python_reducer_without_compiled_forward: 1 graph(s)" in text
+    # the recomputed operations are those the markdown names (no erf among them)
+    recomputed = re.search(r"recomputed in the backward \(checkpoint each block\): (.*)", text).group(1)
+    assert "var_mean" in recomputed and "addmm" in recomputed and "erf" not in recomputed
     assert "GPU-only: peak memory of a training step with activation checkpointing" in text
