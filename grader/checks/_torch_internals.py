@@ -971,7 +971,7 @@ def inductor_cache_dir() -> str:
 
 
 def import_inductor() -> None:
-    """Import ``torch._inductor`` (which, in torch 2.14, imports ``torch._dynamo`` too): the
+    """Import ``torch._inductor`` (which, in torch 2.8 and 2.14, imports ``torch._dynamo`` too): the
     Python-side part of loading an AOTInductor package, timed apart from the load itself."""
     import torch._inductor  # noqa: F401
 
