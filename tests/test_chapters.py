@@ -363,6 +363,13 @@ def test_chapter9_bisects_minifies_and_measures(executed):
     assert rows["of these compiles, served by the FX graph cache"] == 7
     assert rows["compiles over 10 calls: the counter in a tensor buffer"] == 1
     assert "self.calls ==" in text
+    # guard overhead: a global config read setting by setting makes many guards; the filter keeps
+    # few; a changed setting is missed by the filter and by the stance before a recompile
+    assert rows["guards made for a function reading 500 global settings"] >= 1000
+    assert rows["guards kept by skip_guard_on_globals_unsafe"] < 20
+    assert rows["a setting changed: right results among the 4 calls (filter, stance before and after, every guard)"] == 2
+    assert re.search(r"under the stance, before any recompile +False", text)
+    assert re.search(r"under the stance, after that recompile +True", text)
     assert "Torch-Compiled Region" in text and "CompiledFxGraph" in text and "cpp_fused" in text
     # the compiled region is the forward's frame: the backward runs after it returned
     assert rows["profiled compiled step: rows of the backward inside the Torch-Compiled Region"] == 0
