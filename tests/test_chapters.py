@@ -399,6 +399,12 @@ def test_chapter11_custom_op_flex_attention_and_aoti_package(executed):
     assert rows["max |compiled - eager| gradient through the custom op"] < 1e-5
     text = _stream_text(executed["11_extend_and_ship.ipynb"][0])
     assert "backward through the NumPy call: RuntimeError" in text
+    # a mutating operator: declared, made functional, written in place again; undeclared, caught
+    assert rows["opcheck test_schema failed by an undeclared mutation (1 yes, 0 no)"] == 1
+    assert "Argument out is not defined as mutable but was mutated" in text
+    assert rows["auto_functionalized calls in AOTAutograd's graph of the mutating operator"] == 1
+    assert rows["Inductor's code calls the mutating operator on the buffer (calls)"] == 1
+    assert "calibrate_any on cpu: ran the CPU's kernel (NumPy)" in text
     assert re.search(r"opcheck test_faketensor +MetadataMismatchError", text)
     assert "gradcheck (register_autograd's formula against finite differences): True" in text
     # section 3: the Triton cell says on a CPU that it skipped, and why
