@@ -264,6 +264,10 @@ def test_chapter8_escape_hatches_caches_and_tools(executed):
     assert regional == [1]                                  # one graph serves every block ...
     with_grad = [v for k, v in rows.items() if k.startswith("graphs compiled with gradients on")]
     assert with_grad == [2]                                 # ... under no_grad only
+    # nested_compile_region: one graph for the model, the block one subgraph called once per block
+    layers = {"ci": 4, "small": 8, "full": 12}[SIZE]
+    assert rows[f"nested_compile_region: subgraphs for {layers} blocks"] == 1
+    assert rows[f"nested_compile_region: invoke_subgraph calls for {layers} blocks"] == layers
     assert rows["fresh process, cold cache: first call"] > 0
     assert rows["fresh process, same cache folder: first call"] > 0
     assert rows["tlparse: compile folders in its report"] >= 4   # model, break, resume, recompiles
