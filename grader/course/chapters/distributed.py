@@ -15,7 +15,7 @@ The chapter prints a task's source with :func:`show_source` so the code is read 
 Private torch APIs (``torch._dynamo.config``) are reached through
 :mod:`grader.checks._torch_internals` only.
 
-Why one module (~440 lines): the processes import the tasks by this module's name, and each task
+Why one module (~510 lines): the processes import the tasks by this module's name, and each task
 reads the model, the bucket rule and the launch's conventions defined beside it; the few helpers
 of the chapter's own process (generated code, the selective-checkpoint policy) are its other
 sections.
@@ -230,13 +230,20 @@ def _same_on_every_rank(value: torch.Tensor) -> bool:
 
 
 def _pay_one_time_costs(device: str) -> None:
-    """What only a process's first compiles pay (imports, the C++ toolchain, AOTAutograd's and
-    compiled autograd's first traces), paid here on a tiny model in a throwaway cache, so that
-    no mode of :func:`ddp_task` is charged for it."""
-    tiny = make_net(8, 1, device=device)
+    """What only a process's first compiles pay (imports, the C++ toolchain, the first traces of
+    Dynamo inside DDP, of AOTAutograd and of compiled autograd), paid here on a tiny model wrapped
+    in DDP, in a throwaway cache, so that no mode of :func:`ddp_task` is charged for it."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
     x = torch.randn(2, 8, device=device)
     with ti.fresh_inductor_cache():
-        torch.compile(tiny)(x).sum().backward()
+        for mode in ("no_optimization", "ddp_optimizer"):
+            ti.dynamo_reset()
+            with ti.dynamo_config_patch(optimize_ddp=mode):
+                tiny = DDP(make_net(8, 1, device=device))
+                torch.compile(tiny)(x).sum().backward()
+        ti.dynamo_reset()
+        tiny = make_net(8, 1, device=device)
         with ti.compiled_autograd_enabled(torch.compile(backend="eager")):
             torch.compile(tiny, backend="eager")(x).sum().backward()
     ti.dynamo_reset()
