@@ -18,6 +18,12 @@ def test_expected_buckets_follow_ddpoptimizers_rule():
     assert ch.expected_ddp_buckets(256, 4, 2) == 5
     assert ch.expected_ddp_buckets(64, 2, 25) == 1          # everything fits in the first bucket
     assert ch.expected_ddp_buckets(1024, 8, 25) > 1
+    # the pieces' bytes: the first cut at 1 MiB whatever the cap (DDPOptimizer is handed only
+    # bucket_bytes_cap), later ones at the cap
+    head, fc2, fc1, norm = 4 * 257, 4 * (1024 * 256 + 256), 4 * (256 * 1024 + 1024), 4 * 512
+    assert ch.ddp_optimizer_pieces(256, 2, 2) == [head + fc2, fc1 + norm + fc2, fc1 + norm]
+    assert ch.ddp_optimizer_pieces(256, 2, 25)[0] == head + fc2
+    assert sum(ch.ddp_optimizer_pieces(256, 3, 2)) == sum(p.numel() * 4 for p in ch.make_net(256, 3).parameters())
 
 
 def test_net_checkpointed_or_not_computes_the_same():

@@ -80,12 +80,17 @@ def test_the_librarys_gradient_is_what_torch_computes_in_float64():
     assert torch.allclose(ps8.rms_pool_backward(x.detach(), y.detach(), grad), x.grad)
 
 
-def _registered(qualname: str, backward_scale: str = "2 * y"):
+SPREAD = "per_pair.unsqueeze(-1).expand(*per_pair.shape, 2).flatten(-2)"
+
+
+def _registered(qualname: str, backward_scale: str = "2 * y", spread: str = SPREAD):
     """The reference's operator registered in this process under ``qualname``, its spec, and
-    its registration as the subject sends it (reply, blob)."""
+    its registration as the subject sends it (reply, blob); ``spread``: how its backward spreads
+    a per-pair value over the pair's two steps."""
     namespace = dict(vars(ps8))
+    assert SPREAD in _reference_source()
     source = _reference_source().replace("ps8::rms_pool", qualname).replace(
-        "grad / (2 * y)", f"grad / ({backward_scale})")
+        "grad / (2 * y)", f"grad / ({backward_scale})").replace(SPREAD, spread)
     exec(compile(source, "<solution>", "exec"), namespace)  # noqa: S102  the reference's text
     spec = dataclasses.replace(ps8.RMS_POOL_OP, qualname=qualname)
     packer = Packer()
@@ -122,6 +127,26 @@ def test_a_wrong_backward_is_named_with_the_shapes_it_is_wrong_on():
     verdict = custom_ops.check(spec, custom_ops.rebuild(spec, reply, blob),
                                ps8._op_shapes(random.Random(2)), (spec.graph_name,), seed=4)
     assert not verdict.ok and "autograd formula: DISAGREES" in verdict.message, verdict.message
+
+
+def test_repeat_interleave_by_an_integer_count_is_a_backward_the_grader_takes():
+    """An integer repeat count traces to operations of fixed shapes (no aten.repeat_interleave in
+    the graph): a backward that spreads each pair's value with repeat_interleave(2, dim=-1) passes
+    the custom_op check. A tensor of counts makes a shape that depends on the data: refused."""
+    spec, reply, blob = _registered("ps8repeat::rms_pool", spread="per_pair.repeat_interleave(2, dim=-1)")
+    assert "backward" in reply, reply.get("backward_error")
+    targets = {n["target"] for n in reply["backward"]["nodes"]}
+    assert not any("repeat_interleave" in t for t in targets), targets
+    verdict = custom_ops.check(spec, custom_ops.rebuild(spec, reply, blob),
+                               ps8._op_shapes(random.Random(5)), (spec.graph_name,), seed=6)
+    assert verdict.ok, verdict.message
+
+    counts = "per_pair.repeat_interleave(torch.full(per_pair.shape[-1:], 2), dim=-1)"
+    spec, reply, blob = _registered("ps8counts::rms_pool", spread=counts)
+    if "backward_error" in reply:                  # not traced: a data-dependent shape
+        return
+    rebuilt = custom_ops.rebuild(spec, reply, blob)      # or traced, and refused as data
+    assert any("repeat_interleave is not allowed" in p for p in rebuilt.problems), rebuilt.problems
 
 
 def test_a_graph_may_call_only_the_judges_own_operator():

@@ -774,3 +774,48 @@ def test_custom_op_registration_reads_back_what_torch_library_registered():
     assert ti.custom_op_registration("course_ti_test::double") == {
         "fake": fake, "setup_context": setup, "backward": backward}
     assert ti.custom_op_registration("course_ti_test::absent") is None
+
+
+def test_ddp_bucket_sizes_and_ddpoptimizers_log():
+    """DDP's buckets as its logging data says (chapter 10): one bucket in the first iteration
+    (find_unused_parameters=False), rebuilt at the second forward with the cap passed as the first
+    bucket's cap too; DDPOptimizer's log lines collected, not printed: the cap it was handed and,
+    at the debug level, its table of buckets or the request to install tabulate."""
+    import importlib.util
+    import socket
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from grader.course.chapters.distributed import make_net
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        # chapter 10's model (a model made only of torch.nn's own modules would give Dynamo no
+        # frame of user code to compile inside DDP's forward)
+        model = DDP(make_net(256, 2), bucket_cap_mb=1.5)
+        x = torch.randn(4, 256)
+        for _ in range(3):          # rebuilt at the second forward, in the logging data after the third
+            model(x).sum().backward()
+        buckets = ti.ddp_bucket_sizes(model)
+        whole = sum(p.numel() * 4 for p in model.parameters())
+        assert buckets["first_iteration"] == [whole]
+        assert len(buckets["rebuilt"]) > 1 and sum(buckets["rebuilt"]) == whole
+        assert buckets["rebuilt"][0] >= 1.5 * 2 ** 20 > 2 ** 20     # the cap passed, not 1 MiB
+
+        ti.dynamo_reset()
+        with ti.capture_log_messages(ti.DDP_OPTIMIZER_LOGGER) as lines:
+            torch.compile(model, backend="eager")(x).sum().backward()
+        ti.dynamo_reset()
+        cap = int(1.5 * 2 ** 20)
+        assert any(f"DDPOptimizer used bucket cap {cap} and created" in line for line in lines), lines
+        if importlib.util.find_spec("tabulate") is None:
+            assert any("pip install tabulate" in line for line in lines), lines
+        else:
+            assert any("bucket assignments" in line for line in lines), lines
+        assert not any("---orig graph---" in line for line in lines)   # the ddp_graphs artifact is left out
+    finally:
+        dist.destroy_process_group()

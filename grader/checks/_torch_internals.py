@@ -5,7 +5,7 @@ A torch upgrade that moves one of these breaks this module and its test
 and newer (``make test-oldest``); where names moved between releases, both spellings are tried,
 including torch 2.6's (see docs/versions.md for what still differs there).
 
-Why one long module (~700 lines): keeping every private torch name in one file is the point
+Why one long module (~1,000 lines): keeping every private torch name in one file is the point
 (a torch upgrade breaks here and nowhere else); it is sectioned by the torch subsystem touched.
 """
 from __future__ import annotations
@@ -916,6 +916,50 @@ def cudagraph_skips() -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# The training stack: DDP's buckets and DDPOptimizer's log (chapter 10)
+
+DDP_OPTIMIZER_LOGGER = "torch._dynamo.backends.distributed"
+"""The logger of DDPOptimizer (``torch/_dynamo/backends/distributed.py``, 2.8 and 2.14): one of
+the loggers ``TORCH_LOGS="distributed"`` turns on (``torch/_logging/_registrations.py``)."""
+
+
+@contextlib.contextmanager
+def capture_log_messages(logger_name: str, level: int = logging.DEBUG) -> Iterator[list]:
+    """Collect the message of every record ``logger_name`` itself logs at ``level`` or above
+    inside the block, instead of printing it (``TORCH_LOGS="+distributed"`` is the debug level of
+    :data:`DDP_OPTIMIZER_LOGGER` and its siblings). The logger's own handlers (torch puts one on
+    every logger it registers) are set aside for the block, and the records of its artifact
+    loggers (``...__ddp_graphs``: whole graphs) are left out. Works inside
+    :func:`quiet_torch_logs`."""
+    collector = _Collector(re.compile(""), lambda _, text: text)
+    collector.addFilter(lambda record: record.name == logger_name)
+    logger = logging.getLogger(logger_name)
+    saved = list(logger.handlers)
+    logger.handlers[:] = []
+    try:
+        with _only_into(logger_name, collector, level):
+            yield collector.found
+    finally:
+        logger.handlers[:] = saved
+
+
+def ddp_bucket_sizes(ddp_model: torch.nn.Module) -> dict[str, list[int]]:
+    """The bytes of each of DDP's gradient buckets, as DDP's own logging data says
+    (``DistributedDataParallel._get_ddp_logging_data``; the keys ``bucket_sizes`` and
+    ``rebuilt_bucket_sizes`` exist in 2.8's C++ logger and in 2.14's): ``"first_iteration"``,
+    the buckets DDP built at construction, and ``"rebuilt"``, those it rebuilt at the second
+    forward from the order in which the first backward made the gradients ready (the logging data
+    holds them after the third iteration, measured on 2.14.1; empty before, or where DDP does
+    not rebuild)."""
+    data = ddp_model._get_ddp_logging_data()
+
+    def sizes(key: str) -> list[int]:
+        return [int(s) for s in str(data.get(key, "")).split(",") if s.strip()]
+
+    return {"first_iteration": sizes("bucket_sizes"), "rebuilt": sizes("rebuilt_bucket_sizes")}
+
+
+# ---------------------------------------------------------------------------------------------
 # Extending and shipping: AOTInductor packages, Triton, FlexAttention on a CPU (chapter 11)
 
 def aoti_compile_and_package(exported, package_path: str,
@@ -939,7 +983,7 @@ def inductor_cache_dir() -> str:
 
 
 def import_inductor() -> None:
-    """Import ``torch._inductor`` (which, in torch 2.14, imports ``torch._dynamo`` too): the
+    """Import ``torch._inductor`` (which, in torch 2.8 and 2.14, imports ``torch._dynamo`` too): the
     Python-side part of loading an AOTInductor package, timed apart from the load itself."""
     import torch._inductor  # noqa: F401
 

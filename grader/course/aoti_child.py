@@ -10,8 +10,8 @@ calls it, with no Dynamo trace and no Inductor compile::
 
 The model is chapter 8's (:func:`grader.course.compile_child.build`, the same weights from the
 same seed), so the package's outputs are checked against the eager model's here too. The last
-line of stdout is the report: ``{"import_s", "import_inductor_s", "load_s", "first_call_s",
-"second_call_s", "to_first_output_s", "max_abs_diff", "torch"}``.
+line of stdout is the report: ``{"import_s", "import_inductor_s", "dynamo_imported_by_inductor",
+"load_s", "first_call_s", "second_call_s", "to_first_output_s", "max_abs_diff", "torch"}``.
 """
 from __future__ import annotations
 
@@ -40,9 +40,13 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
 
     report: dict = {"torch": torch.__version__, "import_s": time.perf_counter() - started}
+    dynamo_before = "torch._dynamo" in sys.modules
     start = time.perf_counter()
     ti.import_inductor()            # Python's package loader lives in torch._inductor
     report["import_inductor_s"] = time.perf_counter() - start
+    # Did importing torch._inductor import Dynamo too (torch/_inductor/__init__.py imports
+    # standalone_compile, which imports from torch._dynamo)?
+    report["dynamo_imported_by_inductor"] = not dynamo_before and "torch._dynamo" in sys.modules
     start = time.perf_counter()
     runner = ti.aoti_load_package(args.package)
     report["load_s"] = time.perf_counter() - start

@@ -15,7 +15,7 @@ The chapter prints a task's source with :func:`show_source` so the code is read 
 Private torch APIs (``torch._dynamo.config``) are reached through
 :mod:`grader.checks._torch_internals` only.
 
-Why one module (~440 lines): the processes import the tasks by this module's name, and each task
+Why one module (~510 lines): the processes import the tasks by this module's name, and each task
 reads the model, the bucket rule and the launch's conventions defined beside it; the few helpers
 of the chapter's own process (generated code, the selective-checkpoint policy) are its other
 sections.
@@ -88,21 +88,29 @@ def make_net(d: int, layers: int, *, seed: int = 0, device: str = "cpu", **optio
     return Net(d, layers, **options).to(device)
 
 
-def expected_ddp_buckets(d: int, layers: int, bucket_cap_mb: float) -> int:
-    """How many pieces DDPOptimizer cuts a :class:`Net` into, by its rule (``DDPOptimizer.compile_fn``
-    in ``torch/_dynamo/backends/distributed.py``): it walks the graph from the output back (the
-    order in which the gradients become ready) adding each layer's parameter bytes to a bucket,
-    and starts a new bucket at the next layer once the bucket holds ``bucket_cap_mb`` MiB (the
-    first one, 1 MiB: torch's ``_DEFAULT_FIRST_BUCKET_BYTES``)."""
+def ddp_optimizer_pieces(d: int, layers: int, bucket_cap_mb: float) -> list[int]:
+    """The parameter bytes of each piece DDPOptimizer cuts a :class:`Net` into, from the output
+    back, by its rule (``DDPOptimizer.compile_fn`` in ``torch/_dynamo/backends/distributed.py``,
+    the same in 2.8 and 2.14): it walks the graph from the output back (the order in which the
+    gradients become ready) adding each layer's parameter bytes to a bucket, and starts a new
+    bucket at the next layer once the bucket holds the cap. Dynamo hands it only DDP's
+    ``bucket_bytes_cap`` (``torch/_dynamo/convert_frame.py``), so its first cap is always its
+    default, 1 MiB (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``), whatever
+    ``bucket_cap_mb`` DDP was given; the later ones are ``bucket_cap_mb``."""
     cap, first = int(bucket_cap_mb * 2 ** 20), 2 ** 20
     linear_in, linear_out, norm = 4 * (d * 4 * d + 4 * d), 4 * (4 * d * d + d), 4 * 2 * d
     sizes = [4 * (d + 1)] + [linear_out, linear_in, norm] * layers   # the head's gradient is ready first
-    buckets, current = 1, 0
+    pieces = [0]
     for size in sizes:
-        if current >= (first if buckets == 1 else cap):
-            buckets, current = buckets + 1, 0
-        current += size
-    return buckets
+        if pieces[-1] >= (first if len(pieces) == 1 else cap):
+            pieces.append(0)
+        pieces[-1] += size
+    return pieces
+
+
+def expected_ddp_buckets(d: int, layers: int, bucket_cap_mb: float) -> int:
+    """How many pieces DDPOptimizer cuts a :class:`Net` into (:func:`ddp_optimizer_pieces`)."""
+    return len(ddp_optimizer_pieces(d, layers, bucket_cap_mb))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,15 +229,43 @@ def _same_on_every_rank(value: torch.Tensor) -> bool:
 # Tasks: each runs in every process and returns a JSON-able dict
 
 
+def _pay_one_time_costs(device: str) -> None:
+    """What only a process's first compiles pay (imports, the C++ toolchain, the first traces of
+    Dynamo inside DDP, of AOTAutograd and of compiled autograd), paid here on a tiny model wrapped
+    in DDP, in a throwaway cache, so that no mode of :func:`ddp_task` is charged for it."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    x = torch.randn(2, 8, device=device)
+    with ti.fresh_inductor_cache():
+        for mode in ("no_optimization", "ddp_optimizer"):
+            ti.dynamo_reset()
+            with ti.dynamo_config_patch(optimize_ddp=mode):
+                tiny = DDP(make_net(8, 1, device=device))
+                torch.compile(tiny)(x).sum().backward()
+        ti.dynamo_reset()
+        tiny = make_net(8, 1, device=device)
+        with ti.compiled_autograd_enabled(torch.compile(backend="eager")):
+            torch.compile(tiny, backend="eager")(x).sum().backward()
+    ti.dynamo_reset()
+
+
 def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: int = 2,
              batch: int = 32, bucket_cap_mb: float = 2.0, steps: int = 5,
-             modes: tuple = DDP_MODES) -> dict:
+             modes: tuple = DDP_MODES, fresh_cache: bool = True) -> dict:
     """DDP on :class:`Net`, eagerly and compiled with each ``optimize_ddp`` mode in ``modes``.
 
     Per mode: the graphs the backend compiled (a counting backend in front of Inductor), the
     first step's seconds (compiles included), the steady steps' seconds (median), and the
     largest difference of the loss and of the gradients from eager DDP's after the first step.
-    Each process feeds its own batch (seeded by rank), as data parallelism does."""
+    Each process feeds its own batch (seeded by rank), as data parallelism does.
+
+    The first steps are compared on equal terms: one throwaway compile first pays what only the
+    process's first compile pays (imports, the C++ toolchain), and with ``fresh_cache`` each
+    mode compiles into an empty Inductor cache (otherwise a later mode finds the kernels of an
+    earlier one on disk). Also: eager DDP's buckets (first iteration, rebuilt), DDPOptimizer's
+    log lines at the debug level (``TORCH_LOGS="+distributed"``), and the graphs of
+    ``"python_reducer_without_compiled_forward"`` and ``"no_optimization"`` counted with the
+    ``eager`` backend (a trace, no compile)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(100 + rank)                           # each process its own data
@@ -249,8 +285,13 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
         loss = step()
         return loss, [p.grad.detach().clone() for p in model.parameters()]
 
+    def grad_diff(grads, want):
+        return max(float((g - w).abs().max()) for g, w in zip(grads, want))
+
     out: dict = {"modes": {}, "expected_buckets": expected_ddp_buckets(d, layers, bucket_cap_mb),
-                 "parameter_bytes": sum(p.numel() * 4 for p in make_net(d, layers).parameters())}
+                 "ddp_optimizer_pieces": ddp_optimizer_pieces(d, layers, bucket_cap_mb),
+                 "parameter_bytes": sum(p.numel() * 4 for p in make_net(d, layers).parameters()),
+                 "fresh_cache": fresh_cache}
     # eager DDP: the reference for the gradients (SGD with lr=0 leaves the weights as they are,
     # so the first step's gradients can be read after opt.step())
     eager = DDP(make_net(d, layers, seed=rank, device=device), bucket_cap_mb=bucket_cap_mb)
@@ -261,8 +302,12 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
     want_loss, want_grads = first_gradients(eager, eager_step)
     eager_times = _timed_steps(eager_step, steps, device)
     out["eager"] = {"step_s": statistics.median(eager_times)}
+    # DDP's own buckets: one for every gradient in the first iteration (find_unused_parameters
+    # is False), rebuilt at the second forward in the order the gradients became ready
+    out["ddp_buckets"] = ti.ddp_bucket_sizes(eager)
     out["gradients_same_on_every_rank"] = _same_on_every_rank(torch.cat([g.flatten() for g in want_grads]))
 
+    _pay_one_time_costs(device)         # charged to no mode
     for mode in modes:
         ti.dynamo_reset()
         counter = CompileCounter("inductor")
@@ -271,7 +316,8 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
         restore = {name: ti.inductor_setting(name)
                    for name in ("_fuse_ddp_communication", "_fuse_ddp_bucket_size")
                    if ti.inductor_setting(name) is not None}
-        with ti.dynamo_config_patch(optimize_ddp=mode), ti.inductor_config_patch(**restore):
+        cache = ti.fresh_inductor_cache() if fresh_cache else contextlib.nullcontext()
+        with ti.dynamo_config_patch(optimize_ddp=mode), ti.inductor_config_patch(**restore), cache:
             model = DDP(make_net(d, layers, seed=0, device=device), bucket_cap_mb=bucket_cap_mb)
             opt = torch.optim.SGD(model.parameters(), lr=0.0)
             context = contextlib.nullcontext
@@ -281,17 +327,33 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
                 context = functools.partial(ti.compiled_autograd_enabled,
                                             torch.compile(backend=counter))
             step = train_step(torch.compile(model, backend=counter), opt, context)
-            start = time.perf_counter()
-            loss, grads = first_gradients(model, step)
-            first_s = time.perf_counter() - start
+            with ti.capture_log_messages(ti.DDP_OPTIMIZER_LOGGER) as log_lines:
+                start = time.perf_counter()
+                loss, grads = first_gradients(model, step)
+                first_s = time.perf_counter() - start
             graphs_after_first = counter.graphs
             times = _timed_steps(step, steps, device)
         out["modes"][mode] = {
             "graphs": graphs_after_first, "graphs_after_steps": counter.graphs,
             "first_step_s": first_s, "step_s": statistics.median(times),
-            "loss_diff": float((loss - want_loss).abs()),
-            "grad_diff": max(float((g - w).abs().max()) for g, w in zip(grads, want_grads)),
-            "grad_scale": max(float(w.abs().max()) for w in want_grads)}
+            "loss_diff": float((loss - want_loss).abs()), "grad_diff": grad_diff(grads, want_grads),
+            "grad_scale": max(float(w.abs().max()) for w in want_grads),
+            # its summary lines; its "run_node ..." lines (one per node) are left out
+            "log": [line.strip() for line in log_lines
+                    if line.strip() and not line.startswith("run_node")][:5]}
+
+    # The fourth value optimize_ddp accepts: traced with the eager backend (no compile), beside
+    # no_optimization
+    out["traced_only"] = {}
+    for mode in ("no_optimization", "python_reducer_without_compiled_forward"):
+        ti.dynamo_reset()
+        counter = CompileCounter("eager")
+        with ti.dynamo_config_patch(optimize_ddp=mode):
+            model = DDP(make_net(d, layers, seed=0, device=device), bucket_cap_mb=bucket_cap_mb)
+            step = train_step(torch.compile(model, backend=counter),
+                              torch.optim.SGD(model.parameters(), lr=0.0))
+            _, grads = first_gradients(model, step)
+        out["traced_only"][mode] = {"graphs": counter.graphs, "grad_diff": grad_diff(grads, want_grads)}
     ti.dynamo_reset()
     return out
 
@@ -302,8 +364,10 @@ def fsdp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: 
     and with each block compiled (``block.compile()``, a counting backend in front of Inductor).
 
     Returns the parameter bytes this process holds (its shards) against the whole model's, the
-    graphs compiled, the first and the steady steps' seconds, and the largest difference of the
-    loss and of the gradients (gathered whole) from eager FSDP2's."""
+    type of the parameters registered on the blocks and on the root between a forward and its
+    backward (``DTensor``: sharded again; ``Parameter``: whole), the graphs compiled, the first
+    and the steady steps' seconds, and the largest difference of the loss and of the gradients
+    (gathered whole) from eager FSDP2's."""
     fully_shard = fully_shard_function()
     torch.manual_seed(100 + rank)
     x = torch.randn(batch, d, device=device)
@@ -338,6 +402,14 @@ def fsdp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: 
     eager_step = train_step(eager, torch.optim.SGD(eager.parameters(), lr=0.0))
     want_loss = eager_step()
     want_grads = whole_gradients(eager)
+    # Between a forward and its backward: which parameters are sharded again (a DTensor is
+    # registered) and which stay whole (the unsharded tensor is): the blocks reshard after their
+    # forward; the root (fully_shard(model), here the head's parameters) does not, by default
+    loss = eager(x).pow(2).mean()
+    out["registered_after_forward"] = {
+        "blocks": sorted({type(p).__name__ for p in eager.blocks.parameters()}),
+        "root": sorted({type(p).__name__ for p in eager.head.parameters()})}
+    loss.backward()
     out["eager"] = {"step_s": statistics.median(_timed_steps(eager_step, steps, device))}
 
     ti.dynamo_reset()
@@ -437,6 +509,6 @@ def show_source(fn: Callable) -> None:
 
 
 __all__ = ["WORLD_SIZE", "DDP_MODES", "Block", "Net", "make_net",
-           "expected_ddp_buckets", "process_backend", "launch", "ddp_task", "fsdp_task",
+           "expected_ddp_buckets", "ddp_optimizer_pieces", "process_backend", "launch", "ddp_task", "fsdp_task",
            "seeds_task", "fully_shard_function", "dynamo_setting", "generated_code",
            "selective_checkpoint_saving", "show_source"]
