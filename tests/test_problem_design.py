@@ -560,3 +560,22 @@ def test_ps3s_batched_rewrites_pass_the_operator_check(judge, source):
     assert all(c["ok"] for c in checks.values()), checks
     assert checks["operators"]["operators"] <= get_problem("ps3.q2").max_operators
     assert points("ps3", results) == 5
+
+
+VMAP_PS3 = """class BatchScorer(PerSampleScorer):
+    def forward(self, x):
+        def one(row):
+            r = torch.relu(self.fc(row))
+            return r / (r.norm() + 1e-6)
+        return torch.vmap(one)(x)
+"""
+
+
+def test_ps3s_vmap_rewrite_of_the_per_row_function_is_graded(judge):
+    """`torch.vmap` over the per-row function is one batched computation too: its graph travels
+    (it once crashed the subject shipping fake constants: a grader error) and earns question 2."""
+    results = grade(judge, ["ps3.q2"], VMAP_PS3)
+    checks = results["ps3.q2"]["checks"]
+    assert results["ps3.q2"]["status"] == "ok", results["ps3.q2"]
+    assert all(c["ok"] for c in checks.values()), {n: c["message"][:200] for n, c in checks.items()}
+    assert points("ps3", results) == 5

@@ -195,6 +195,19 @@ def test_describe():
     assert SpeedTarget(None, False).describe("cpu", True) == "none"
 
 
+def test_the_self_check_says_the_rule_the_grade_is_decided_by():
+    """Without the reference at hand, the self-check compares with a floor, or with nothing
+    (ps8 ships none): its target line says so, and which rule the grade uses instead."""
+    from grader.problems import get_problem
+
+    ps1 = targets.self_check_target(get_problem("ps1.q1")).describe("cpu", False)
+    assert "on cpu (floor)" in ps1 and "the grade is decided by >= 85% of the reference " \
+        "solution's speedup, faster than the baseline, measured in the grading run" in ps1
+    ps8 = targets.self_check_target(get_problem("ps8.q1")).describe("cpu", False)
+    assert ps8.startswith("none here: no floor is shipped for cpu") and ">= 80% of the " \
+        "reference solution's speedup" in ps8
+
+
 def test_verdict_to_dict_round_trips_through_json():
     clock = FakeClock(seed=1, sigma=0.1)
     v = judge_speed(clock.fn("learner", 2.0 ** -7), clock.fn("baseline", 2.0 ** -6), pool(3),

@@ -56,7 +56,9 @@ CAUSES: list[tuple[str, str, str, re.Pattern, re.Pattern | None]] = [
     (
         "dynamic_shape_op",
         "an op whose output shape depends on the data (e.g. `nonzero`, boolean masking, `unique`)",
-        "keep shapes static: use `torch.where(mask, x, 0)` instead of `x[mask]`",
+        "keep shapes static: instead of `x[mask]`, keep every element and let the mask choose "
+        "(`torch.where(mask, x, 0)`); a reduction then sees the zeros too, so count only the "
+        "selected ones (a mean is `torch.where(mask, x, 0).sum() / mask.sum()`, not `.mean()`)",
         re.compile(r"dynamic.?shape|data.?dependent.*(output|shape)|nonzero|unbacked", re.I),
         re.compile(r"nonzero|unique\(|\[\s*\w+\s*[<>=!]"),
     ),

@@ -56,6 +56,8 @@ class SpeedTarget:
     fraction_of_reference: float | None = 0.85
     faster_than_baseline: bool = True
     floors: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # A self-check's target (no reference at hand): the rule the grade is decided by instead.
+    graded_as: str = ""
 
     def describe(self, dev_class: str, with_reference: bool) -> str:
         parts = []
@@ -65,7 +67,12 @@ class SpeedTarget:
             parts.append("faster than the baseline")
         if dev_class in self.floors:
             parts.append(f">= {self.floors[dev_class]:.2f}x on {dev_class} (floor)")
-        return ", ".join(parts) or "none"
+        text = ", ".join(parts) or ("none here: no floor is shipped for " + dev_class
+                                    if self.graded_as else "none")
+        if self.graded_as:
+            text += (f"; this is a self-check, without the reference solution: the grade is "
+                     f"decided by {self.graded_as}, measured in the grading run")
+        return text
 
 
 @dataclasses.dataclass
@@ -259,8 +266,10 @@ def self_check_target(problem) -> SpeedTarget:
     """Self-check has no reference: the problem's target less the relative part, with the
     floors shipped for each device class (``floors.json``) under the problem's own."""
     target = problem.target
+    graded = SpeedTarget(target.fraction_of_reference, target.faster_than_baseline)
     return SpeedTarget(fraction_of_reference=None, faster_than_baseline=target.faster_than_baseline,
-                       floors={**shipped_floors(problem.key), **dict(target.floors)})
+                       floors={**shipped_floors(problem.key), **dict(target.floors)},
+                       graded_as=graded.describe("", with_reference=True))
 
 
 def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple], *,

@@ -62,14 +62,17 @@ def _baseline(device: str):
 
 
 HINTS = {
-    "correctness": "FixedModel must compute what Original computes for every input, including "
-                   "inputs whose mean is negative: keep both sides of the `if`, and the same "
-                   "arithmetic.",
+    "correctness": "FixedModel must compute what Original computes on every kind of input named "
+                   "above. Wrong only on inputs with a negative mean: a side of the `if` is "
+                   "missing (both are computed, `torch.where` picks one). Wrong on both: look at "
+                   "the arithmetic you changed, the mask above all (a mean of the selected values "
+                   "divides by their count, `mask.sum()`, not by every element).",
     "fullgraph": "each break listed above still splits the graph: the list names the line, the "
                  "cause and a direction for the fix (chapter 4, section 4). For the boolean mask: "
                  "a mean is a sum divided by a count, and both can be computed without dropping "
                  "elements.",
-    "breaks": "every break listed above still splits the graph; fix them one by one, and run "
+    "breaks": "each break listed above still splits the graph (where none is listed, tracing "
+              "stopped first: the one-graph check says where); fix them one by one, and run "
               "grader.checks.breaks.graph_break_report after each fix.",
     "speed": "the speed target needs one graph so that Inductor can fuse the pointwise work "
              "around the two matmuls; check that forward does no extra work.",

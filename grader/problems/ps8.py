@@ -162,14 +162,22 @@ RMS_POOL_OP = OpSpec(qualname="ps8::rms_pool", schema="(Tensor x) -> Tensor",
 HINTS = {
     "correctness": "the loss and every parameter's gradient must match the original trained "
                    "with the library's gradient: a call autograd cannot see through leaves the "
-                   "layers before it without gradients (register_autograd gives it one).",
+                   "layers before it without gradients (register_autograd gives it one), and a "
+                   "formula wrong on some shapes makes them wrong there (on odd windows the last "
+                   "step pairs with zero, and the gradient has the input's own length): "
+                   "torch.library.opcheck on odd and even shapes finds it.",
     "custom_op": "register `ps8::rms_pool` with torch.library.custom_op, a fake that gives the "
                  "output's shape for odd T too ((T + 1) // 2), and an autograd formula written "
                  "in torch operators; torch.library.opcheck on odd and even shapes finds most of "
                  "what this check finds.",
-    "fullgraph": "forward must compile as one graph with fullgraph=True: call the library "
-                 "through your custom operator, not directly.",
-    "breaks": "every break listed above still splits the graph.",
+    "fullgraph": "forward must compile as one graph with fullgraph=True. A model that calls "
+                 "the library directly must call it through your custom operator; one that "
+                 "already does is stopped by the operator's fake (Dynamo trusts it: it must give "
+                 "the output's shape, dtype and strides for every input, odd T included; the "
+                 "custom-operator check above names the input where it is wrong) or by what "
+                 "Dynamo's message above says.",
+    "breaks": "each break the report above lists still splits the graph; where it lists none, "
+              "tracing stopped before any break (the one-graph check above says where).",
     "speed": "speed is credited to one graph whose outputs and gradients are right: Inductor "
              "fuses the GELUs, the norm and the loss around the operator.",
 }
