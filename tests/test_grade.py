@@ -146,3 +146,38 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path):
     again = grade(folder, [ASSIGNMENT], workers=1)
     assert {o.status for o in again.outcomes} == {"skipped"}
     assert _gradebook_rows(folder) == rows
+
+
+def test_real_submissions_held_for_a_person_exit_2_and_the_summary_lists_them(monkeypatch):
+    """A graded submission with cells held for a person (a grader error, an undecided verdict)
+    is not a finished grade: `make grade` exits 2, as the README says, and names each."""
+    import dataclasses
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort.merge import Graded
+
+    @dataclasses.dataclass
+    class Sub:
+        student: str
+        assignment: str = "ps8"
+
+        @property
+        def name(self):
+            return f"{self.student}/{self.assignment}"
+
+    @dataclasses.dataclass
+    class Out:
+        submission: Sub
+        status: str = Graded.GRADED
+        reason: str = ""
+
+    held = {"eve": ["ps8-q1-correctness"]}
+    monkeypatch.setattr("grader.cohort.scoring.held_for_review",
+                        lambda course, sub: held.get(sub.student, []))
+    run = grade_module.Run(course="/nowhere", assignments=["ps8"])
+    run.outcomes = [Out(Sub("ada")), Out(Sub("eve"))]
+    assert grade_module.exit_status(run) == 2
+    assert [(o.submission.student, cells) for o, cells in grade_module.held_this_run(run)] == \
+        [("eve", ["ps8-q1-correctness"])]
+    held.clear()
+    assert grade_module.exit_status(run) == 0
