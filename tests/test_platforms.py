@@ -230,7 +230,9 @@ def _honest(run, student) -> bool:
 def test_the_platform_grades_under_kernel_confinement_and_says_so(graded, platform):
     run = graded[platform]
     out = _out(run)
-    assert run["proc"].returncode == 0, out[-4000:]
+    # 0, or 2 where a verdict this loaded machine left undecided is held for a person (listed)
+    assert run["proc"].returncode == 0 or run["proc"].returncode == 2 and "HELD: " in out \
+        and "NOT GRADED" not in out, out[-4000:]
     assert "isolation of learner code: kernel confinement without bubblewrap" in out, out[-3000:]
     if platform == "pod":     # installed, and failing as it fails in a pod
         assert "Can't mount proc" in out or "No permissions to create new namespace" in out
