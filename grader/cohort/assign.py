@@ -55,6 +55,69 @@ def nbgrader(*args: str, cwd: str = COURSE_ROOT, check: bool = True) -> subproce
     return proc
 
 
+GENERATED = ".generated-assignments.json"   # in the course folder: what was generated, from what
+
+
+def source_digest(assignment: str, course: str) -> str:
+    """A digest of what ``generate_assignment`` makes ``assignment`` from: its ``source/`` folder
+    and the course's nbgrader configuration."""
+    import hashlib
+
+    h = hashlib.sha256()
+    folder = os.path.join(course, files.SOURCE, assignment)
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            h.update(os.path.relpath(path, folder).encode() + b"\0")
+            with open(path, "rb") as fh:
+                h.update(fh.read() + b"\0")
+    config = os.path.join(course, files.NBGRADER_CONFIG)
+    if os.path.exists(config):
+        with open(config, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()
+
+
+def generate_once(assignment: str, course: str) -> bool:
+    """``nbgrader generate_assignment ASSIGNMENT --force`` in ``course`` (its cells into the
+    gradebook, the release notebook), unless it was done from the same source into the same
+    gradebook before (a file of digests beside it, checked against the gradebook itself).
+    Returns whether it ran (each run costs nbgrader's start, ~2 s)."""
+    marker = os.path.join(course, GENERATED)
+    try:
+        with open(marker) as fh:
+            done = json.load(fh)
+    except (OSError, ValueError):
+        done = {}
+    digest = source_digest(assignment, course)
+    release_folder = os.path.join(course, files.RELEASE, assignment)
+    if done.get(assignment) == digest and os.path.isdir(release_folder) \
+            and _in_gradebook(assignment, course):
+        return False
+    nbgrader("generate_assignment", assignment, "--force", cwd=course)
+    done[assignment] = digest
+    tmp = f"{marker}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(done, fh, indent=1)
+    os.replace(tmp, marker)
+    return True
+
+
+def _in_gradebook(assignment: str, course: str) -> bool:
+    db = os.path.join(course, files.GRADEBOOK)
+    if not os.path.exists(db):
+        return False
+    from nbgrader.api import Gradebook, MissingEntry
+
+    try:
+        with Gradebook(files.db_url(course)) as gb:
+            gb.find_assignment(assignment)
+        return True
+    except MissingEntry:
+        return False
+
+
 def release(names: Iterable[str] | None = None, course_root: str = COURSE_ROOT) -> list[str]:
     """Regenerate ``release/<name>/`` from ``source/<name>/`` for each name (default: all).
     Returns the release notebooks written."""

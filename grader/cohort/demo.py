@@ -173,7 +173,7 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
     :func:`first_run_cohort`."""
     import nbformat
 
-    from grader.cohort.assign import nbgrader
+    from grader.cohort.assign import generate_once
 
     demo = folder or os.path.join(course, "build", "demo-course")
     os.makedirs(demo, exist_ok=True)
@@ -183,7 +183,7 @@ def build_demo_course(course: str, assignments: list[str], folder: str | None = 
         dst = os.path.join(demo, files.SOURCE, assignment)
         shutil.rmtree(dst, ignore_errors=True)
         shutil.copytree(src, dst)
-        nbgrader("generate_assignment", assignment, "--force", cwd=demo)
+        generate_once(assignment, demo)      # (unchanged since the last run: nothing to do)
         name = next(n for n in sorted(os.listdir(src)) if n.endswith(".ipynb"))
         source_nb = nbformat.read(os.path.join(src, name), as_version=4)
         release_nb = nbformat.read(os.path.join(demo, files.RELEASE, assignment, name), as_version=4)

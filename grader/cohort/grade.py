@@ -187,7 +187,7 @@ def prepare_gradebook(run: Run) -> None:
             if problems:
                 raise SystemExit("make grade: stopped: " + "; ".join(problems))
     for assignment in sorted({s.assignment for s in run.submissions}):
-        assign.nbgrader("generate_assignment", assignment, "--force", cwd=run.course)
+        assign.generate_once(assignment, run.course)    # (once per source: ~2 s each)
     with Gradebook(files.db_url(run.course)) as gb:
         for student in sorted({s.student for s in run.submissions}):
             gb.update_or_create_student(student)
@@ -349,7 +349,9 @@ def generate_feedback(run: Run) -> None:
     (:mod:`grader.cohort.feedback`). Runs no learner code."""
     from grader.cohort.feedback import generate_feedback as generate
 
-    generate(run.course, {s.assignment for s in run.submissions}, run.outcomes)
+    # Only where something was graded in this run: the others' pages are there already.
+    generate(run.course, {o.submission.assignment for o in run.outcomes
+                          if o.status != Graded.SKIPPED}, run.outcomes)
 
 
 def export_grades(run: Run) -> None:
@@ -388,9 +390,14 @@ def write_report(run: Run) -> None:
 def summarize(run: Run) -> None:
     graded = [o for o in run.outcomes if o.status in (Graded.GRADED, Graded.SKIPPED) and not o.reason]
     failed = [o for o in run.outcomes if o not in graded]
+    now = [o for o in graded if o.status == Graded.GRADED]
+    before = len(graded) - len(now)
     run.log("")
-    run.log(f"graded {len(graded)} of {len(run.outcomes)} submissions in "
-            f"{time.monotonic() - run.started:.0f} s" + (" (demo cohort)" if run.demo else ""))
+    run.log(f"graded {len(now)} of {len(run.outcomes)} submissions in "
+            f"{time.monotonic() - run.started:.0f} s"
+            + (f" ({before} graded before and unchanged since)" if before else "")
+            + (" (demo cohort)" if run.demo else "")
+            + (": nothing new to grade" if not now and not failed else ""))
     if run.settings.executor == "ray":
         nodes: dict[str, int] = {}
         for o in run.outcomes:
