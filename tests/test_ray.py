@@ -288,3 +288,31 @@ def test_a_ray_client_server_that_dies_starting_up_is_connected_to_again(monkeyp
     with pytest.raises(ConnectionAbortedError):   # not Ray Client: not Ray's race, no retry
         distributed._init_ray(init_failing(1), "10.1.2.3:6379", client=False)
     assert len(calls) == 1
+
+
+def test_a_worker_keeps_its_judge_for_the_tasks_of_a_run_and_no_longer(monkeypatch, tmp_path):
+    """The references are built once per worker, not once per task: the worker's judge serves
+    every task of the run on the same GPU; another run, or another GPU, gets a fresh judge and
+    the old one is stopped and its core given back."""
+    cores: list[str] = []
+    monkeypatch.setattr(distributed, "claim_core", lambda: cores.append("claimed") or 0)
+    monkeypatch.setattr(distributed, "release_core", lambda: cores.append("released"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    run_a, run_b = {"run": "a", "cache": b""}, {"run": "b", "cache": b""}
+    course = str(tmp_path)
+    try:
+        first = distributed.WorkerJudge.for_task(run_a, course, "ps2")
+        assert distributed.WorkerJudge.for_task(run_a, course, "ps2") is first
+        folder = distributed.WorkerJudge.held.folder
+        other_run = distributed.WorkerJudge.for_task(run_b, course, "ps2")
+        assert other_run is not first and first.proc is None      # the old judge was stopped
+        assert not os.path.exists(folder)                          # and its cache removed
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+        assert distributed.WorkerJudge.for_task(run_b, course, "ps2") is not other_run
+        # A caller with no run to share with gets a judge of its own each time.
+        alone = distributed.WorkerJudge.for_task(None, course, "ps2")
+        assert distributed.WorkerJudge.for_task(None, course, "ps2") is not alone
+    finally:
+        distributed.WorkerJudge.close_held()
+    assert distributed.WorkerJudge.held is None
+    assert cores.count("claimed") == 5 and cores[-1] == "released"

@@ -3,11 +3,13 @@ cluster; without it a local Ray instance starts).
 
 Each submission is one Ray task with declared resources (:data:`CPUS_PER_SUBMISSION` CPUs, and
 on GPU nodes one whole GPU, so two timed runs never share a GPU). Nodes share no filesystem: a
-task receives what judging one submission needs as data (:func:`stage`: ``source/ASSIGNMENT/``
-and the submission, and the run's built references through Ray's object store: the judges'
-compiler cache and measured figures) and returns the judged result as data (:func:`grade_task`:
-the judged scores). A task judges through the same :func:`grader.cohort.attempt.run_attempt` as a
-local worker; :func:`ray_attempts` unpacks each finished task into a local folder as an
+task carries its submission's folder (:func:`stage_submission`); what every task of a set reads
+goes once per node through Ray's object store (the set's ``source/``, :func:`stage_source`, and
+the run's built references: the judges' compiler cache and measured figures); the task returns
+the judged result as data (:func:`grade_task`: the judged scores). Each Ray worker process keeps
+its judge from one task of the run to the next, as a local worker does (:class:`WorkerJudge`): the
+references are built once per worker, not once per submission. A task judges through the same
+:func:`grader.cohort.attempt.run_attempt` as a local worker; :func:`ray_attempts` unpacks each finished task into a local folder as an
 :class:`~grader.cohort.attempt.Attempt`, and the driver (:func:`grader.cohort.grade.autograde_all`)
 has nbgrader record it and merges it like a local one: it stays the only writer of
 ``gradebook.db``, so resuming, reruns, ``--regrade`` and manual grades behave as with local
@@ -31,13 +33,14 @@ nodes start Ray from this course's venv (``.venv/bin/ray start``, after ``make s
 commit), and :meth:`RayExecutor.check_nodes` runs a tiny task on every node before grading and
 stops with the differences when one does not match.
 
-``num_cpus=1`` is only a scheduling label (Ray hands out no core ids): each task pins its own
-process, and so the judge and the subjects it starts, to one core of its
-node that no other grading task on the node holds (:func:`claim_core`: a lock file per core under
-``/tmp``, released when the task's process ends, even by a crash).
+``num_cpus=1`` is only a scheduling label (Ray hands out no core ids): a worker process pins
+itself, and so its judge and the subjects that judge starts, to one core of its node that no
+other grading process on the node holds (:func:`claim_core`: a lock file per core under ``/tmp``,
+released with the worker's judge, or when the process ends, even by a crash).
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import platform
@@ -46,6 +49,7 @@ import socket
 import sys
 import tempfile
 import time
+import uuid
 from typing import Iterator
 
 from grader._paths import grader_fingerprint
@@ -128,58 +132,114 @@ def mismatches(driver: dict, nodes: list[dict]) -> list[str]:
 def stage(course: str, assignment: str, student: str) -> bytes:
     """Everything judging one submission reads from the course folder, as one archive: the
     set's ``source/`` (the reference) and the submission; not the gradebook, which only the
-    driver reads and writes."""
+    driver reads and writes. (A run sends the set's ``source/`` once, :func:`stage_source`, and
+    each task only its submission, :func:`stage_submission`.)"""
     return pack_folder(course, [os.path.join(files.SOURCE, assignment),
                                 os.path.join(files.SUBMITTED, student, assignment)])
 
 
+def stage_source(course: str, assignment: str) -> bytes:
+    """The set's ``source/`` folder (its reference solution), sent once per run through Ray's
+    object store: every task of the set reads the same bytes."""
+    return pack_folder(course, [os.path.join(files.SOURCE, assignment)])
+
+
+def stage_submission(course: str, assignment: str, student: str) -> bytes:
+    """One submission's folder: all a grading task carries of its own."""
+    return pack_folder(course, [os.path.join(files.SUBMITTED, student, assignment)])
+
+
+class WorkerJudge:
+    """The judge of a Ray worker process, kept from one task to the next as a local worker keeps
+    its judge: its reference sides are built once (from the run's compiler cache) and every later
+    task of the run only grades. It never runs learner code, as every judge. A task of another
+    run, or one given another GPU (Ray sets ``CUDA_VISIBLE_DEVICES`` per task), gets a new
+    judge. While it lives the worker process keeps the core it claimed (:func:`claim_core`): the
+    judge and the subjects it starts are pinned to that core, so no other task's timing shares
+    it; the core is released with the judge (at the process's end, or when replaced)."""
+
+    held: "WorkerJudge | None" = None
+
+    def __init__(self, key: tuple, judge, folder: str):
+        self.key, self.judge, self.folder = key, judge, folder
+
+    @classmethod
+    def for_task(cls, references: dict | None, course: str, assignment: str):
+        """This worker's judge for a task of ``references``' run, started (its planning figures
+        given, when the run measured some) when the worker has none for that run."""
+        key = ((references or {}).get("run"), os.environ.get("CUDA_VISIBLE_DEVICES"))
+        held = cls.held
+        if held is not None and held.key == key and key[0] is not None:
+            return held.judge
+        cls.close_held()
+        claim_core()   # before the judge starts: it and its subjects inherit the pinning
+        folder = tempfile.mkdtemp(prefix="ray-judge-")
+        judge = _judge(folder, references)
+        cls.held = cls(key, judge, folder)
+        if key[0] is None:   # no run to share it with (a caller of its own): one task only
+            cls.held.key = (object(), key[1])
+        if references and references.get("measured_jobs"):
+            # The run's figures for planning questions, not measured again on this worker.
+            from grader.cohort import scoring
+
+            scoring.build_references(assignment, course, judge, device=device_for(0, gpu_count()),
+                                      measured_jobs=references["measured_jobs"])
+        return judge
+
+    @classmethod
+    def close_held(cls) -> None:
+        """Stop this worker's judge, remove its folder and give back its core."""
+        held, cls.held = cls.held, None
+        if held is not None:
+            try:
+                held.judge.close()
+            finally:
+                shutil.rmtree(held.folder, ignore_errors=True)
+        release_core()
+
+
+atexit.register(WorkerJudge.close_held)
+
+
 def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptSettings,
-               references: dict | None) -> dict:
+               references: dict | None, source: bytes | None = None) -> dict:
     """Grade one staged submission on this node (the body of the Ray task): the same
     :func:`grader.cohort.attempt.run_attempt` as local grading, in a course folder unpacked from
-    ``payload``. Returns the result archive (the judged scores), the failure (or None), seconds,
-    phases and the node."""
+    ``payload`` (and ``source``, the set's ``source/`` when the payload holds only the
+    submission), by this worker's judge (:class:`WorkerJudge`). Returns the result archive (the
+    judged scores), the failure (or None), seconds, phases and the node."""
     from grader.isolation import sandbox
 
     course = tempfile.mkdtemp(prefix=f"ray-{student}-{assignment}-")
     tmp = None
     node = socket.gethostname()
-    core = claim_core()
     try:
+        if source:
+            unpack_folder(source, course)
         unpack_folder(payload, course)
         try:
             isolation = sandbox.probe(settings.sandbox)
         except sandbox.SandboxUnavailable as exc:
             return {"archive": b"", "failure": f"node {node} cannot run the sandbox: {exc}",
                     "seconds": 0.0, "phases": {}, "node": node}
-        judge = _judge(course, references)
-        try:
-            device = device_for(0, gpu_count())
-            if references and references.get("measured_jobs"):
-                # The run's figures for planning questions, not measured again in every task.
-                from grader.cohort import scoring
-
-                scoring.build_references(assignment, course, judge, device=device,
-                                          measured_jobs=references["measured_jobs"])
-            sub = Submission(student, assignment,
-                             os.path.join(course, files.SUBMITTED, student, assignment))
-            attempt = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
-                                  device=device)
-            tmp = attempt.folder
-        finally:
-            judge.close()
+        judge = WorkerJudge.for_task(references, course, assignment)
+        core = claim_core()
+        sub = Submission(student, assignment,
+                         os.path.join(course, files.SUBMITTED, student, assignment))
+        attempt = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
+                              device=device_for(0, gpu_count()))
+        tmp = attempt.folder
         return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": attempt.failure,
                 "seconds": attempt.seconds, "phases": attempt.phases, "node": node, "core": core}
     finally:
-        release_core()
         shutil.rmtree(course, ignore_errors=True)
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _judge(folder: str, references: dict | None):
-    """A judge for one task, its compiler cache started from the run's (:func:`references_task`:
-    the reference side then compiles from cache hits) in ``folder``/judge-cache."""
+    """A judge whose compiler cache starts from the run's (:func:`references_task`: the
+    reference side then compiles from cache hits), in ``folder``/judge-cache."""
     from grader.isolation.judge_process import JudgeProcess
 
     cache = os.path.join(folder, "judge-cache")
@@ -191,11 +251,13 @@ def _judge(folder: str, references: dict | None):
 
 def references_task(payload: bytes, assignment: str) -> dict:
     """The run's references for ``assignment``, built on a grading node: the judge's compiler
-    cache (specific to the machine type, so the cluster's nodes should be one type) and the
-    planning questions' measured figures (:func:`grader.cohort.scoring.build_references`)."""
+    cache (specific to the machine type, so the cluster's nodes should be one type), the
+    planning questions' measured figures (:func:`grader.cohort.scoring.build_references`), and
+    the run's id (a worker keeps its judge for the tasks of one run: :class:`WorkerJudge`)."""
     from grader.cohort import scoring
 
     course = tempfile.mkdtemp(prefix=f"ray-references-{assignment}-")
+    own_core = WorkerJudge.held is None   # else the core is the held judge's
     claim_core()
     try:
         unpack_folder(payload, course)
@@ -206,9 +268,11 @@ def references_task(payload: bytes, assignment: str) -> dict:
         finally:
             judge.close()
         return {"cache": pack_folder(os.path.join(course, "judge-cache")),
-                "seconds": built.seconds, "measured_jobs": built.measured_jobs}
+                "seconds": built.seconds, "measured_jobs": built.measured_jobs,
+                "run": uuid.uuid4().hex}
     finally:
-        release_core()
+        if own_core:
+            release_core()
         shutil.rmtree(course, ignore_errors=True)
 
 
@@ -326,9 +390,13 @@ class RayExecutor:
         return self.ray.put(value)
 
     def submit(self, key, course: str, student: str, assignment: str, settings: AttemptSettings,
-               references_ref) -> None:
-        ref = self._grade.remote(stage(course, assignment, student), student, assignment,
-                                 settings, references_ref)
+               references_ref, source_ref=None) -> None:
+        """Grade one submission in a task: it carries the submission's folder; the run's
+        references and the set's ``source/`` go by reference (sent to a node once)."""
+        payload = (stage_submission(course, assignment, student) if source_ref is not None
+                   else stage(course, assignment, student))
+        ref = self._grade.remote(payload, student, assignment, settings, references_ref,
+                                 source_ref)
         self.pending[ref] = key
 
     def finished(self):
@@ -363,8 +431,10 @@ def ray_attempts(executor: RayExecutor, course: str, todo: list[tuple[Submission
     finishes, the attempt's grading copy unpacked here. A task that failed in every try is an
     attempt with the reason. Interrupted (or closed early), it cancels the tasks left."""
     refs = {a: executor.put(r) for a, r in references.items()}  # sent once per node
+    sources = {a: executor.put(stage_source(course, a)) for a in {s.assignment for s, _ in todo}}
     for index, (sub, digest) in enumerate(todo):
-        executor.submit(index, course, sub.student, sub.assignment, settings, refs.get(sub.assignment))
+        executor.submit(index, course, sub.student, sub.assignment, settings,
+                        refs.get(sub.assignment), sources[sub.assignment])
     try:
         for index, result in executor.finished():
             sub, digest = todo[index]

@@ -33,16 +33,25 @@ def _cohort(students: int) -> dict[str, str]:
     return {f"s{i:02d}": "ada_full" for i in range(1, students + 1)}
 
 
-def sandbox_mode() -> tuple[str, str]:
-    """The ``--sandbox`` to grade with here, and the line that says so: bubblewrap when it runs
-    here, else none (the benchmark's students are made up, as the demo's are)."""
+def sandbox_modes(asked: str = "bwrap,kernel") -> list[tuple[str, str]]:
+    """The confinements to measure (``asked``: a comma list of ``bwrap``, ``kernel``, ``off``),
+    each as the ``--sandbox`` value to grade with and the words that name what the run really
+    used (:meth:`grader.isolation.sandbox.Isolation.describe`, probed for real); a confinement
+    this machine cannot give is left out, and so is a duplicate (``off`` where kernel
+    confinement works grades as ``kernel``)."""
     from grader.isolation import sandbox
 
-    try:
-        return "bwrap", f"learner code in {sandbox.probe('bwrap').describe()}"
-    except sandbox.SandboxUnavailable as exc:
-        return "off", (f"learner code WITHOUT the sandbox (bubblewrap cannot run here: {exc}); "
-                       f"make grade grades the demo the same way here")
+    modes, seen = [], set()
+    for mode in asked.split(","):
+        try:
+            isolation = sandbox.probe(mode)
+        except sandbox.SandboxUnavailable as exc:
+            print(f"bench-grade: {mode} left out: {exc}", flush=True)
+            continue
+        if isolation.mode not in seen:
+            seen.add(isolation.mode)
+            modes.append((isolation.setting(), isolation.describe()))
+    return modes
 
 
 def grade_cohort(assignment: str, students: int, workers: int, folder: str,
@@ -89,11 +98,12 @@ def _part(outcome, part: str) -> float:
     return sum(outcome.phases.get(name, 0.0) for name in PARTS[part])
 
 
-COURSE_STUDENTS, COURSE_SETS = 500, 5
+COURSE_STUDENTS = 500
 
 
-def _estimate(rows: list, worker_counts: list[int], students: int) -> str:
-    """The wall time of grading a whole course, from this run's measured figures."""
+def _estimate(rows: list, worker_counts: list[int], course_sets: int, mode: str) -> str:
+    """The wall time of grading a whole course (:data:`COURSE_STUDENTS` x the ``course_sets``
+    measured), from this run's figures under confinement ``mode``."""
     local = {(r[0], r[2]): r for r in rows if r[1] == "local"}
     sets = sorted({r[0] for r in rows})
     per_submission = [float(local[(a, worker_counts[0])][5]) for a in sets
@@ -105,9 +115,9 @@ def _estimate(rows: list, worker_counts: list[int], students: int) -> str:
     rates = [float(local[(a, best)][8]) / float(local[(a, worker_counts[0])][8]) for a in sets
              if (a, best) in local and (a, worker_counts[0]) in local]
     gain = statistics.mean(rates) if rates else 1.0
-    total = COURSE_STUDENTS * COURSE_SETS
+    total = COURSE_STUDENTS * course_sets
     per_node_hour = 3600 / mean_s * gain
-    lines = [f"\n## Estimate: {COURSE_STUDENTS} students x {COURSE_SETS} problem sets\n",
+    lines = [f"\n## Estimate: {COURSE_STUDENTS} students x {course_sets} problem sets ({mode})\n",
              f"{total:,} submissions; measured here: {mean_s:.1f} s per later submission with "
              f"{worker_counts[0]} worker (mean over {', '.join(sets)}), and {best} workers on this "
              f"{os.cpu_count()}-core machine grade {gain:.2f}x as many per minute, so one such "
@@ -134,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2", help="comma list of worker counts to compare")
     parser.add_argument("--executors", default="local,ray",
                         help="comma list: local (worker threads) and/or ray (a local Ray instance)")
+    parser.add_argument("--sandbox", default="bwrap,kernel",
+                        help="comma list of the confinements to measure (bwrap, kernel, off); "
+                             "each one this machine can give is measured and named as probed")
     parser.add_argument("--out", default="bench-results/bench-grade.md", help="markdown file to write")
     args = parser.parse_args(argv)
     assignments = args.assignment or sorted(
@@ -141,49 +154,61 @@ def main(argv: list[str] | None = None) -> int:
         if os.path.isdir(os.path.join(REPO, files.SOURCE, d)))
     worker_counts = [int(w) for w in args.workers.split(",")]
     executors = args.executors.split(",")
-    mode, isolation = sandbox_mode()
-    print(f"bench-grade: {isolation}", flush=True)
+    modes = sandbox_modes(args.sandbox)
+    if not modes:
+        print("bench-grade: none of the confinements asked for runs here", file=sys.stderr)
+        return 2
+    for mode, words in modes:
+        print(f"bench-grade: {mode}: {words}", flush=True)
     rows, breakdown, totals = [], [], {}
-    for assignment in assignments:
-        for executor in executors:
-            for workers in worker_counts:
-                folder = os.path.join(REPO, "build", f"bench-grade-{assignment}-{executor}{workers}")
+    for (mode, _), assignment, executor, workers in (
+            (m, a, e, w) for m in modes for a in assignments for e in executors
+            for w in worker_counts):
+                folder = os.path.join(REPO, "build",
+                                      f"bench-grade-{assignment}-{mode}-{executor}{workers}")
                 run, total = grade_cohort(assignment, args.students, workers, folder, executor,
                                           mode)
-                totals[(assignment, executor, workers)] = total
+                totals[(mode, assignment, executor, workers)] = total
                 graded = sorted((o for o in run.outcomes if o.status == Graded.GRADED),
                                 key=lambda o: o.submission.student)
                 seconds = [o.seconds for o in graded]
                 scores = sorted({f"{o.score:g}/{o.max_score:g}" for o in run.outcomes})
                 if executor == executors[0] and workers == worker_counts[0]:
                     later = graded[1:] or graded
-                    breakdown.append([assignment, f"{run.references_seconds:.1f}"]
+                    breakdown.append([mode, assignment, f"{run.references_seconds:.1f}"]
                                      + [f"{statistics.median(_part(o, part) for o in later):.1f}"
                                         if later else "-" for part in PARTS]
                                      + [f"{statistics.median(o.seconds for o in later):.1f}"
                                         if later else "-"])
                 overhead = "-"
-                if executor == "ray" and ("local", workers) in {(e, w) for (_, e, w) in totals}:
+                if executor == "ray" and (mode, assignment, "local", workers) in totals:
                     # Ray's extra wall time over local workers, per submission (its start included)
-                    local = totals[(assignment, "local", workers)]
+                    local = totals[(mode, assignment, "local", workers)]
                     overhead = f"{(total - local) / max(1, len(run.outcomes)):.1f}"
-                rows.append([assignment, executor, workers, len(run.outcomes),
+                rows.append([mode, assignment, executor, workers, len(run.outcomes),
                              f"{seconds[0]:.0f}" if seconds else "-",
                              f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
                              f"{run.references_seconds:.0f}", f"{total:.0f}",
                              f"{60 * len(run.outcomes) / total:.2f}", overhead, ", ".join(scores)])
                 shutil.rmtree(folder, ignore_errors=True)
-    header = ["problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
+    header = ["confinement", "problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
               "later s/submission (median)", "references s (once)", "total s", "submissions/min",
               "Ray overhead s/submission", "scores"]
     table = markdown_table(header, rows)
-    parts_header = ["problem set", "references, once per run"] + list(PARTS) + ["total"]
+    parts_header = ["confinement", "problem set", "references, once per run"] + list(PARTS) + ["total"]
     parts_table = markdown_table(parts_header, breakdown)
-    later = [float(row[-1]) for row in breakdown if row[-1] != "-"]
-    mean = (f"Mean over {len(later)} sets: **{statistics.mean(later):.1f} s per later submission** "
-            f"({executors[0]}, {worker_counts[0]} worker(s)).\n\n" if later else "")
+    means = []
+    for mode, _ in modes:
+        later = [float(row[-1]) for row in breakdown if row[0] == mode and row[-1] != "-"]
+        if later:
+            means.append(f"{mode}: mean over {len(later)} sets: **{statistics.mean(later):.1f} s "
+                         f"per later submission** ({executors[0]}, {worker_counts[0]} "
+                         f"worker(s)).")
+    mean = "".join(f"- {line}\n" for line in means) + "\n"
+    isolation = "".join(f"\n- {mode}: {words}" for mode, words in modes)
     text = (f"# make grade benchmark: {platform.node() or 'this machine'}, {os.cpu_count()} cores, "
-            f"{time.strftime('%Y-%m-%d %H:%M')}\n\nIsolation: {isolation}.\n\n{mean}"
+            f"{time.strftime('%Y-%m-%d %H:%M')}\n\nConfinements measured (as probed here):"
+            f"{isolation}\n\n{mean}"
             f"Each submission is graded in its own course copy "
             f"and the learner's code runs in a subject process of its own; what later "
             f"submissions share is the judge (one per worker), which keeps the baseline and the "
@@ -194,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             f"## Where a submission's seconds go\n\nMedian seconds per later submission "
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
             f"subject per solution cell): {PARTS_HELP}\n\n{parts_table}\n")
-    text += _estimate(rows, worker_counts, args.students)
+    text += _estimate([row[1:] for row in rows if row[0] == modes[0][0]], worker_counts,
+                      len(assignments), modes[0][0])
     print("\n" + text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
