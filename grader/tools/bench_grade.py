@@ -57,18 +57,26 @@ def sandbox_modes(asked: str = "bwrap,kernel") -> list[tuple[str, str]]:
 def grade_cohort(assignment: str, students: int, workers: int, folder: str,
                  executor: str = "local", sandbox: str = "bwrap"):
     """Grade ``students`` full solutions of ``assignment`` with ``workers`` (local threads, or
-    the CPUs of a local Ray instance) and ``sandbox``; the run and its seconds (Ray's start
-    included)."""
+    the CPUs of a local Ray instance) and ``sandbox``; the run, its seconds, and the seconds
+    the local Ray instance took to start before it (0 for local workers: a cluster is started
+    once, not per run)."""
     shutil.rmtree(folder, ignore_errors=True)
     build_demo_course(REPO, [assignment], folder=folder, cohort=_cohort(students))
-    t0 = time.monotonic()
+    started = 0.0
     if executor == "ray":
         import ray
 
+        t0 = time.monotonic()
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
                  object_store_memory=200 * 1024 ** 2)
-    run = grade(folder, [assignment], workers=workers, executor=executor, sandbox=sandbox)
-    return run, time.monotonic() - t0
+        started = time.monotonic() - t0
+    t0 = time.monotonic()
+    try:
+        run = grade(folder, [assignment], workers=workers, executor=executor, sandbox=sandbox)
+    finally:
+        if executor == "ray":
+            ray.shutdown()
+    return run, time.monotonic() - t0, started
 
 
 # The breakdown's columns: name -> the outcome phases they add up (the judge's phases,
@@ -166,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             for w in worker_counts):
                 folder = os.path.join(REPO, "build",
                                       f"bench-grade-{assignment}-{mode}-{executor}{workers}")
-                run, total = grade_cohort(assignment, args.students, workers, folder, executor,
-                                          mode)
+                run, total, ray_start = grade_cohort(assignment, args.students, workers, folder,
+                                                     executor, mode)
                 totals[(mode, assignment, executor, workers)] = total
                 graded = sorted((o for o in run.outcomes if o.status == Graded.GRADED),
                                 key=lambda o: o.submission.student)
@@ -182,18 +190,20 @@ def main(argv: list[str] | None = None) -> int:
                                         if later else "-"])
                 overhead = "-"
                 if executor == "ray" and (mode, assignment, "local", workers) in totals:
-                    # Ray's extra wall time over local workers, per submission (its start included)
+                    # Ray's extra wall time over local workers, per submission (the instance's
+                    # start, once per cluster, is its own column)
                     local = totals[(mode, assignment, "local", workers)]
                     overhead = f"{(total - local) / max(1, len(run.outcomes)):.1f}"
                 rows.append([mode, assignment, executor, workers, len(run.outcomes),
                              f"{seconds[0]:.0f}" if seconds else "-",
                              f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
                              f"{run.references_seconds:.0f}", f"{total:.0f}",
-                             f"{60 * len(run.outcomes) / total:.2f}", overhead, ", ".join(scores)])
+                             f"{60 * len(run.outcomes) / total:.2f}", overhead,
+                             f"{ray_start:.0f}" if executor == "ray" else "-", ", ".join(scores)])
                 shutil.rmtree(folder, ignore_errors=True)
     header = ["confinement", "problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
               "later s/submission (median)", "references s (once)", "total s", "submissions/min",
-              "Ray overhead s/submission", "scores"]
+              "Ray overhead s/submission", "Ray start s (once)", "scores"]
     table = markdown_table(header, rows)
     parts_header = ["confinement", "problem set", "references, once per run"] + list(PARTS) + ["total"]
     parts_table = markdown_table(parts_header, breakdown)
@@ -214,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
             f"submissions share is the judge (one per worker), which keeps the baseline and the "
             f"reference compiled from before the first submission. Ray rows: "
             f"a local Ray instance with that many CPUs, one task per submission; its overhead is "
-            f"its extra wall time over local workers (Ray's start included), per submission."
+            f"its extra wall time over local workers, per submission (the judges' start and "
+            f"references on its workers included; the instance's own start, once per cluster, "
+            f"is its own column)."
             f"\n\n{table}\n\n"
             f"## Where a submission's seconds go\n\nMedian seconds per later submission "
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
