@@ -161,6 +161,6 @@ gpu-check: setup
 # nbgrader's folders and database, test artifacts. submitted/ and downloads/ are the instructor's.
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) $(SYSTEM) bench-results build reports autograded feedback release/.ipynb_checkpoints \
-		gradebook.db gradebook.db-journal .pytest_cache tests/artifacts
+		gradebook.db gradebook.db-journal .pytest_cache tests/artifacts .grader-cache
 	find . -name '*.egg-info' -prune -exec rm -rf {} +
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -12,6 +12,7 @@ A course folder (nbgrader's layout) after ``make grade``::
                                               .graded.json last
     feedback/STUDENT/ASSIGNMENT/              nbgrader's feedback HTML, or NOT_GRADED.html
     reports/                                  grades.csv, canvas.csv, report.html (+ PNGs)
+    .grader-cache/                            the judges' compiler cache (grader.cohort.grade.JudgeCache)
 
 One submission's grading copy (:mod:`grader.cohort.attempt`) holds the same course files, plus
 the judged points (``judged-scores.json``) and nbgrader's log; the merge
@@ -34,6 +35,7 @@ SUBMITTED = "submitted"
 AUTOGRADED = "autograded"
 FEEDBACK = "feedback"
 REPORTS = "reports"
+CACHE = ".grader-cache"                    # the judges' compiler cache, kept between runs
 
 # autograded/STUDENT/ASSIGNMENT/
 MARKER = ".graded.json"                         # written last: the merge of this submission is complete
@@ -76,3 +78,14 @@ def autograded_dir(course: str, student: str, assignment: str) -> str:
 
 def feedback_dir(course: str, student: str, assignment: str) -> str:
     return os.path.join(course, FEEDBACK, student, assignment)
+
+
+def write_json_atomic(path: str, data) -> None:
+    """Write ``data`` as JSON to ``path`` whole or not at all (a reader, or a run killed while it
+    writes, never sees half a file)."""
+    import json
+
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+    os.replace(tmp, path)

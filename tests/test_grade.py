@@ -196,3 +196,27 @@ def test_real_submissions_held_for_a_person_exit_2_and_the_summary_lists_them(mo
         [("eve", ["ps8-q1-correctness"])]
     held.clear()
     assert grade_module.exit_status(run) == 0
+
+
+def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_build(tmp_path):
+    """A second make grade compiles the references from the first one's cache (a new submission
+    costs itself, not the references' cold compile), in a folder only the grading user reads;
+    its deadlines stay those of the cold build; another grader's cache is removed."""
+    from grader import _files as files
+    from grader.cohort.grade import JudgeCache
+    from grader.cohort.scoring import BuiltReferences
+
+    course = str(tmp_path)
+    stale = tmp_path / files.CACHE / "0123456789abcdef"
+    stale.mkdir(parents=True)
+    cache = JudgeCache.of(course)
+    assert os.path.dirname(cache.folder) == os.path.join(course, files.CACHE)
+    assert not stale.exists()                                   # another grader's: removed
+    assert os.stat(os.path.join(course, files.CACHE)).st_mode & 0o077 == 0
+    assert JudgeCache.of(course).folder == cache.folder          # same grader, torch, machine
+    cold = BuiltReferences({"ps1.q1": 38.0})
+    warm = BuiltReferences({"ps1.q1": 5.0})
+    assert cache.cold_reference_s("ps1", cold) == 38.0
+    assert cache.cold_reference_s("ps1", warm) == 38.0          # the cold figure sets deadlines
+    assert cache.cold_reference_s("ps2", BuiltReferences(error="died")) is None
+    assert JudgeCache(cache.folder).cold_reference_s("ps2", warm) == 5.0

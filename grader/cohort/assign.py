@@ -97,10 +97,7 @@ def generate_once(assignment: str, course: str) -> bool:
         return False
     nbgrader("generate_assignment", assignment, "--force", cwd=course)
     done[assignment] = digest
-    tmp = f"{marker}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(done, fh, indent=1)
-    os.replace(tmp, marker)
+    files.write_json_atomic(marker, done)
     return True
 
 

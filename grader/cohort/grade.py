@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -221,14 +222,15 @@ def start_judges(run: Run) -> None:
     if not todo:
         return
     run.judge_dir = tempfile.mkdtemp(prefix="judges-")
+    cache = JudgeCache.of(run.course)
     # The judges' temporary files, the subjects' folders among them, in a folder of the run's
     # own, removed at the end whatever a judge left there (a judge killed mid-grading removes
     # nothing): other users may pass through it (a subject's user id reaches its own folder
     # inside) but not list it. The judges' own folder, with their compiler cache, stays closed.
     run.subjects_dir = tempfile.mkdtemp(prefix="subjects-")
     os.chmod(run.subjects_dir, 0o711)
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(run.judge_dir, "inductor"),
-               TRITON_CACHE_DIR=os.path.join(run.judge_dir, "triton"), TMPDIR=run.subjects_dir)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache.folder, "inductor"),
+               TRITON_CACHE_DIR=os.path.join(cache.folder, "triton"), TMPDIR=run.subjects_dir)
     gpus = gpu_count()
     for slot in range(max(1, run.settings.workers)):
         run.judges.append(JudgeProcess(env=env, log_path=os.path.join(run.judge_dir,
@@ -241,8 +243,9 @@ def start_judges(run: Run) -> None:
                                      device=device_for(slot, gpus), measured_jobs=measured)
             measured = measured or built.measured_jobs
             if slot == 0:   # built cold (the others compile from its cache): it sets the deadlines
-                run.reference_s[assignment] = built.reference_s
-                _say_built(run, assignment, built, time.monotonic() - started)
+                run.reference_s[assignment] = cache.cold_reference_s(assignment, built)
+                _say_built(run, assignment, built, time.monotonic() - started,
+                           run.reference_s[assignment])
                 for key, figures in sorted(built.measured_jobs.items()):
                     run.log(f"{key}: {yardstick(key, figures)}")
         run.references_seconds += time.monotonic() - started
@@ -255,19 +258,78 @@ def connect_ray(run: Run) -> None:
         _ray(run)
 
 
-def _say_built(run: Run, assignment: str, built, seconds: float) -> None:
-    """What building ``assignment``'s references gave: how long, and the subjects' deadlines."""
+class JudgeCache:
+    """The judges' compiler cache (Inductor's and Triton's), kept in the course folder from one
+    ``make grade`` to the next (``.grader-cache/``, closed to everyone but the grading user: only
+    judges, which never run learner code, write it): a run that grades one new submission then
+    compiles the references from cache hits instead of cold. One folder per grader code, torch
+    and machine (older ones are removed), beside the first, cold, build's seconds of each set
+    (``cold.json``): the subjects' deadlines follow what compiling the references costs on this
+    machine (:func:`grader.isolation.jobs.subject_deadline_s`), not what a warm cache makes it."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.cold_file = os.path.join(folder, "cold.json")
+
+    @classmethod
+    def of(cls, course: str) -> "JudgeCache":
+        import hashlib
+        import platform
+
+        import torch
+
+        from grader._paths import grader_fingerprint
+
+        key = hashlib.sha256(f"{grader_fingerprint()} {torch.__version__} {platform.node()} "
+                             f"{platform.machine()}".encode()).hexdigest()[:16]
+        parent = os.path.join(course, files.CACHE)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        os.chmod(parent, 0o700)
+        for old in os.listdir(parent):   # another grader, torch or machine's: never read again
+            if old != key:
+                shutil.rmtree(os.path.join(parent, old), ignore_errors=True)
+        os.makedirs(os.path.join(parent, key), exist_ok=True)
+        return cls(os.path.join(parent, key))
+
+    def _cold(self) -> dict:
+        try:
+            with open(self.cold_file) as fh:
+                cold = json.load(fh)
+            return cold if isinstance(cold, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def cold_reference_s(self, assignment: str, built) -> float | None:
+        """What building ``assignment``'s references cost cold on this machine: this build's
+        figure when it was the first (recorded), else the first one's."""
+        cold = self._cold()
+        if isinstance(cold.get(assignment), (int, float)):
+            return float(cold[assignment])
+        if built.reference_s is not None and not built.error:
+            cold[assignment] = built.reference_s
+            files.write_json_atomic(self.cold_file, cold)
+        return built.reference_s
+
+
+def _say_built(run: Run, assignment: str, built, seconds: float,
+               reference_s: float | None = None) -> None:
+    """What building ``assignment``'s references gave: how long, and the subjects' deadlines
+    (from ``reference_s``, the cold build's figure, when the cache made this one faster)."""
     from grader.cohort.scoring import subject_deadlines
 
     if built.error:
         run.log(f"{assignment}: the judge could not build the references ({built.error}); "
                 f"each submission will report it")
     elif built.seconds:
+        reference_s = built.reference_s if reference_s is None else reference_s
         deadlines = sorted({round(d) for d in subject_deadlines(assignment,
-                                                                built.reference_s).values()})
+                                                                reference_s).values()})
+        warm = (f" (from the compiler cache of an earlier run; the first build, cold, took "
+                f"{reference_s:.0f} s)" if reference_s and built.reference_s is not None
+                and reference_s > built.reference_s + 1 else "")
         run.log(f"{assignment}: baseline and reference compiled once for the run "
-                f"({', '.join(sorted(built.seconds))}) in {seconds:.0f} s; learner code may run "
-                f"{' or '.join(map(str, deadlines))} s per solution cell")
+                f"({', '.join(sorted(built.seconds))}) in {seconds:.0f} s{warm}; learner code may "
+                f"run {' or '.join(map(str, deadlines))} s per solution cell")
 
 
 def _ray(run: Run):

@@ -483,12 +483,6 @@ class Stopped(BaseException):
 
 
 
-def _write_json(path: str, data: dict) -> None:
-    """Write ``path`` whole or not at all (a reader never sees half a file)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
-    os.replace(tmp, path)
 
 
 def grade_submission(root: str | None = None, assignment: str | None = None,
@@ -532,7 +526,7 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
     def write(failure: str = "", pending: str = "") -> dict:
         results = results_json(assignment, course, state["result"], failure, state["notebook"],
                                state["isolation"], time.monotonic() - started, pending)
-        _write_json(out_path, results)
+        files.write_json_atomic(out_path, results)
         state["written"] = results
         return results
 
@@ -653,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc(file=sys.stdout)
         root = args.root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
         os.makedirs(os.path.join(root, files.GRADESCOPE_RESULTS_DIR), exist_ok=True)
-        _write_json(os.path.join(root, files.GRADESCOPE_RESULTS_DIR, files.GRADESCOPE_RESULTS), {
+        files.write_json_atomic(os.path.join(root, files.GRADESCOPE_RESULTS_DIR, files.GRADESCOPE_RESULTS), {
             "score": 0.0, "stdout_visibility": "hidden", "tests": [],
             "output": f"The autograder could not start ({type(exc).__name__}: {str(exc)[:300]}); "
                       "this is not a verdict on your code: tell your instructor.",
