@@ -15,6 +15,8 @@ Expensive runs are shared, not repeated (``make test`` must stay within 30 minut
   a time from one module-scoped fixture, which the parametrized tests read (test_chapters,
   test_problem_sets, test_gradescope, test_fresh_machine); such a fixture runs only what the
   session selected (``request.session.items``), so ``-k`` stays quick.
+- The judges' compiler cache is one for the session (``COURSE_JUDGE_CACHE``, set below): each
+  set's references compile cold once, whatever number of course folders grade it.
 - Full-size runs belong to ``make bench``, ``make bench-grade`` and ``make gpu-check``.
 - ``make test`` runs the suite on two parallel workers (pytest-xdist, ``--dist loadfile``): most
   of the suite's time is spent waiting on processes, not computing. Each test file runs on one
@@ -41,6 +43,11 @@ torch.set_num_threads(1)
 
 
 def pytest_configure(config):
+    # One compiler cache for the judges of every course folder the suite grades (the same sets,
+    # many copies): each set's references compile cold once per session, then from cache hits.
+    # The fresh-machine and platform tests run make grade with an environment of their own: cold.
+    os.environ.setdefault("COURSE_JUDGE_CACHE",
+                          os.path.join(os.path.dirname(__file__), "artifacts", "judge-cache"))
     # Dynamo logs every step at DEBUG on its structured-trace logger; keep pytest's
     # "Captured log" sections of failing tests readable.
     if config.getoption("log_level", None) is None:

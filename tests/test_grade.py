@@ -198,7 +198,8 @@ def test_real_submissions_held_for_a_person_exit_2_and_the_summary_lists_them(mo
     assert grade_module.exit_status(run) == 0
 
 
-def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_build(tmp_path):
+def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_build(
+        tmp_path, monkeypatch):
     """A second make grade compiles the references from the first one's cache (a new submission
     costs itself, not the references' cold compile), in a folder only the grading user reads;
     its deadlines stay those of the cold build; another grader's cache is removed."""
@@ -206,6 +207,7 @@ def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_
     from grader.cohort.grade import JudgeCache
     from grader.cohort.scoring import BuiltReferences
 
+    monkeypatch.delenv("COURSE_JUDGE_CACHE", raising=False)
     course = str(tmp_path)
     stale = tmp_path / files.CACHE / "0123456789abcdef"
     stale.mkdir(parents=True)
@@ -220,3 +222,21 @@ def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_
     assert cache.cold_reference_s("ps1", warm) == 38.0          # the cold figure sets deadlines
     assert cache.cold_reference_s("ps2", BuiltReferences(error="died")) is None
     assert JudgeCache(cache.folder).cold_reference_s("ps2", warm) == 5.0
+
+
+def test_a_shared_judge_cache_is_used_only_where_it_is_the_grading_users(tmp_path, monkeypatch):
+    from grader import _files as files
+    from grader.cohort.grade import JudgeCache
+
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("COURSE_JUDGE_CACHE", str(shared))
+    course = tmp_path / "course"
+    course.mkdir()
+    assert os.path.dirname(JudgeCache.of(str(course)).folder) == str(shared)
+    if os.geteuid() == 0:   # someone else's folder (another user's, a planted one): not used
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        monkeypatch.setenv("COURSE_JUDGE_CACHE", str(theirs))
+        assert os.path.dirname(JudgeCache.of(str(course)).folder) == \
+            os.path.join(str(course), files.CACHE)
