@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for mode, words in modes:
         print(f"bench-grade: {mode}: {words}", flush=True)
-    rows, breakdown, totals = [], [], {}
+    rows, breakdown, totals, outside = [], [], {}, {}
     for (mode, _), assignment, executor, workers in (
             (m, a, e, w) for m in modes for a in assignments for e in executors
             for w in worker_counts):
@@ -188,12 +188,18 @@ def main(argv: list[str] | None = None) -> int:
                                         if later else "-" for part in PARTS]
                                      + [f"{statistics.median(o.seconds for o in later):.1f}"
                                         if later else "-"])
+                # The run's wall time outside the submissions' own seconds (and the references),
+                # per submission: what the executor adds. Ray's overhead is its figure less the
+                # local workers' (the submissions' own seconds vary with the machine's load; this
+                # difference much less). The instance's start, once per cluster, is its own column.
+                outside[(mode, assignment, executor, workers)] = (
+                    total - run.references_seconds
+                    - sum(o.seconds for o in run.outcomes) / workers) / max(1, len(run.outcomes))
                 overhead = "-"
-                if executor == "ray" and (mode, assignment, "local", workers) in totals:
-                    # Ray's extra wall time over local workers, per submission (the instance's
-                    # start, once per cluster, is its own column)
-                    local = totals[(mode, assignment, "local", workers)]
-                    overhead = f"{(total - local) / max(1, len(run.outcomes)):.1f}"
+                if executor == "ray" and (mode, assignment, "local", workers) in outside:
+                    extra = (outside[(mode, assignment, "ray", workers)]
+                             - outside[(mode, assignment, "local", workers)])
+                    overhead = f"{extra:.1f}"
                 rows.append([mode, assignment, executor, workers, len(run.outcomes),
                              f"{seconds[0]:.0f}" if seconds else "-",
                              f"{statistics.median(seconds[1:]):.0f}" if len(seconds) > 1 else "-",
@@ -224,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             f"submissions share is the judge (one per worker), which keeps the baseline and the "
             f"reference compiled from before the first submission. Ray rows: "
             f"a local Ray instance with that many CPUs, one task per submission; its overhead is "
-            f"its extra wall time over local workers, per submission (the judges' start and "
-            f"references on its workers included; the instance's own start, once per cluster, "
-            f"is its own column)."
+            f"the run's wall time outside the submissions' own seconds and the references, per "
+            f"submission, less the same figure of local workers (a worker's first submission "
+            f"also compiles its judge's references, from the run's cache: in its seconds; the "
+            f"instance's own start, once per cluster, is its own column)."
             f"\n\n{table}\n\n"
             f"## Where a submission's seconds go\n\nMedian seconds per later submission "
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
