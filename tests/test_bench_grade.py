@@ -32,3 +32,20 @@ def test_the_estimate_is_titled_with_the_sets_measured():
             ["ps1", "local", 2, 3, "5", "4", "10", "20", "9.00", "-", "10/10"]]
     text = bench_grade._estimate(rows, [1, 2], 8, "kernel")
     assert "500 students x 8 problem sets (kernel)" in text and "4,000 submissions" in text
+
+
+def test_where_a_submissions_seconds_go_adds_up_to_its_total():
+    """Every phase the judge times lands in one column (none left out, none counted twice), and
+    what is outside the judge is the rest: the columns add up to the total."""
+    import types
+
+    phases = {"reference side": 0.0, "subject start": 2.4, "learner cells": 0.01,
+              "correctness": 0.4, "capture": 3.0, "calls as used": 2.1, "subject stop": 0.1,
+              "graph checks": 0.3, "check speed": 3.7, "graph child": 0.1, "check recompiles": 0.2,
+              "judge ps1.q1": 12.2, "judged scores": 12.3, "nbgrader autograde": 0.4}
+    outcome = types.SimpleNamespace(phases=phases, seconds=13.0)
+    parts = {part: bench_grade._part(outcome, part) for part in bench_grade.PARTS}
+    assert abs(sum(parts.values()) - 13.0) < 1e-6
+    assert abs(parts["subject's answers"] - 5.6) < 1e-6
+    assert abs(parts["other checks"] - 0.2) < 1e-6
+    assert abs(parts["outside the judge"] - (13.0 - 12.71)) < 1e-6

@@ -80,30 +80,45 @@ def grade_cohort(assignment: str, students: int, workers: int, folder: str,
 
 
 # The breakdown's columns: name -> the outcome phases they add up (the judge's phases,
-# grader.isolation.judge.Judge.grade, and grader.cohort.attempt.run_attempt's).
+# grader.isolation.judge.Judge.grade, and grader.cohort.attempt.run_attempt's); "other checks"
+# takes every other phase the judge timed ("check ..."), "outside the judge" the rest of the total.
 PARTS = {
     "subject start": ("subject start",),
     "learner cells": ("learner cells",),
-    "subject's answers": ("correctness", "capture", "recompiles", "subject stop"),
+    "subject's answers": ("correctness", "capture", "calls as used", "custom operator", "plan",
+                          "subject stop"),
     "reference side": ("reference side",),
     "judge's graph checks": ("graph checks", "check fusion", "graph child"),
     "speed and job timing": ("check speed", "check job"),
+    "other checks": (),
     "nbgrader's autograde": ("nbgrader autograde",),
+    "outside the judge": (),
 }
+# Phases that sum others (a judge job's whole seconds; the attempt's lap around all its jobs).
+SUMS = ("judge ", "judged scores")
 PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process that runs the "
-              "learner's code; learner cells = running them and building the models; subject's "
-              "answers = its outputs on the judge's inputs, the graph it captured, its compile "
-              "count, and stopping it; reference side = the baseline and reference the judge "
-              "keeps (built once per judge, before the first submission); judge's graph checks = "
-              "rebuilding the graph and checking it against the baseline, counting kernels, and "
-              "starting and waiting for the judge's child that does it on a CPU; "
-              "speed and job timing include the judge's compile of the learner's graph; "
-              "nbgrader's autograde = recording the judged points and building the graded "
-              "notebook (no cell runs); total = the whole submission, copies and merge included.")
+              "learner's code; learner cells = running them (definitions: the models are built "
+              "by the requests that follow); subject's answers = its outputs on the judge's "
+              "inputs, the graph it captured, the problem's calls as used and their compile "
+              "count, a custom operator's registration, a planning rule's answers, and stopping "
+              "it; reference side = the baseline and reference the judge keeps (built once per "
+              "judge, before the first submission); judge's graph checks = rebuilding the graph "
+              "and checking it against the baseline, counting kernels, and starting and waiting "
+              "for the judge's child that does it on a CPU; speed and job timing include the "
+              "judge's compile of the learner's graph; other checks = the judge's other declared "
+              "checks; nbgrader's autograde = recording the judged points and building the "
+              "graded notebook (no cell runs); outside the judge = the rest of the total (the "
+              "grading copy, the screen, the merge); total = the whole submission.")
 
 
 def _part(outcome, part: str) -> float:
-    return sum(outcome.phases.get(name, 0.0) for name in PARTS[part])
+    phases = {k: v for k, v in outcome.phases.items() if not k.startswith(SUMS)}
+    named = {name for names in PARTS.values() for name in names}
+    if part == "other checks":
+        return sum(v for k, v in phases.items() if k not in named)
+    if part == "outside the judge":
+        return max(0.0, outcome.seconds - sum(phases.values()))
+    return sum(phases.get(name, 0.0) for name in PARTS[part])
 
 
 COURSE_STUDENTS = 500
