@@ -37,6 +37,10 @@ stops with the differences when one does not match.
 itself, and so its judge and the subjects that judge starts, to one core of its node that no
 other grading process on the node holds (:func:`claim_core`: a lock file per core under ``/tmp``,
 released with the worker's judge, or when the process ends, even by a crash).
+
+Why one module: what runs on a node (the task bodies, the worker's judge, the core it holds)
+and what the driver does with them (the executor, the staging, the unpacking) are two halves of
+one protocol; split, a change to what a task carries would touch both files anyway.
 """
 from __future__ import annotations
 
