@@ -30,6 +30,10 @@ CGROUPS = "COURSE_CGROUPS"
 """``off``: give learner code no cgroup of its own even where one can be made (the suite tests
 the limits that hold without one); a folder: make them there (a delegated cgroup v2 folder an
 administrator prepared); default: found by trying."""
+JUDGE_CACHE = "COURSE_JUDGE_CACHE"
+"""A folder for the judges' compiler cache of every course folder this user grades, instead of each
+course's own ``.grader-cache/`` (the test suite sets it: it grades many copies of the same sets);
+used only where it is the grading user's own folder."""
 
 # --- Set by the grader for its own child processes ----------------------------------------------
 # Child processes take these from the environment, not as options on their command line: a

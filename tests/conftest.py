@@ -46,7 +46,9 @@ def pytest_configure(config):
     # One compiler cache for the judges of every course folder the suite grades (the same sets,
     # many copies): each set's references compile cold once per session, then from cache hits.
     # The fresh-machine and platform tests run make grade with an environment of their own: cold.
-    os.environ.setdefault("COURSE_JUDGE_CACHE",
+    from grader import _environment
+
+    os.environ.setdefault(_environment.JUDGE_CACHE,
                           os.path.join(os.path.dirname(__file__), "artifacts", "judge-cache"))
     # Dynamo logs every step at DEBUG on its structured-trace logger; keep pytest's
     # "Captured log" sections of failing tests readable.

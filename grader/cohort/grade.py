@@ -46,6 +46,7 @@ import tempfile
 import time
 import warnings
 
+from grader import _environment as environment
 from grader import _files as files
 from grader.cohort import assign
 from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
@@ -258,11 +259,6 @@ def connect_ray(run: Run) -> None:
         _ray(run)
 
 
-SHARED_CACHE_ENV = "COURSE_JUDGE_CACHE"
-"""A folder for the judges' compiler cache of every course folder graded by this user, instead of
-each course's own ``.grader-cache/`` (the test suite grades many copies of the same sets)."""
-
-
 class JudgeCache:
     """The judges' compiler cache (Inductor's and Triton's), kept in the course folder from one
     ``make grade`` to the next (``.grader-cache/``, closed to everyone but the grading user: only
@@ -288,7 +284,7 @@ class JudgeCache:
         key = hashlib.sha256(f"{grader_fingerprint()} {torch.__version__} {platform.node()} "
                              f"{platform.machine()}".encode()).hexdigest()[:16]
         parent = os.path.join(course, files.CACHE)
-        shared = os.environ.get(SHARED_CACHE_ENV)
+        shared = os.environ.get(environment.JUDGE_CACHE)
         if shared:   # one cache for many course folders (the test suite's), where it is ours
             try:
                 os.makedirs(shared, mode=0o700, exist_ok=True)
