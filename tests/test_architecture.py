@@ -250,6 +250,19 @@ def test_a_long_module_says_at_its_top_why_it_is_one_module():
                             f"{unexplained}"
 
 
+def test_no_module_docstring_quotes_its_own_size():
+    """A size written at a module's top is stale by the next change (issue 45): the reason a
+    module is long stays, its line count does not."""
+    quoted = []
+    for root, _, names in os.walk(PACKAGE):
+        for name in (n for n in names if n.endswith(".py")):
+            path = os.path.join(root, name)
+            doc = ast.get_docstring(ast.parse(open(path).read())) or ""
+            if re.search(r"~?\d[\d,]*\s+lines\b", doc):
+                quoted.append(os.path.relpath(path, PACKAGE))
+    assert not quoted, f"module docstrings quoting a line count: {quoted}"
+
+
 # Where a check's name may not be spelled (issue 34): what decides, asks for evidence, or scores
 # reads the declarations (grader.checks.declared), so that adding a check touches none of these.
 NO_CHECK_NAMES = ("grader/isolation/judge.py", "grader/problems/__init__.py",

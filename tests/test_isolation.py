@@ -52,7 +52,7 @@ def test_honest_solution_passes_every_check():
         assert ev.ok(name), ev.message(name)
     assert ev.verdict("speed") in ("pass", "inconclusive")
     speed = ev.outcome("speed")
-    assert speed["trials"] >= 11 and speed["with_reference"] is False
+    assert speed.details["trials"] >= 11 and speed.details["with_reference"] is False
     assert "checked by the grader" in ev.message("fullgraph")
 
 
@@ -76,10 +76,10 @@ def test_reference_is_measured_in_the_same_run(course_with_reference):
                   course_root=course_with_reference, checks=["correctness", "speed"])
     assert ev.status == "ok", ev.result
     speed = ev.outcome("speed")
-    assert speed["with_reference"] is True
-    names = [c["name"] for c in speed["conditions"]]
+    assert speed.details["with_reference"] is True
+    names = [c["name"] for c in speed.details["conditions"]]
     assert "speedup relative to reference" in names
-    assert set(speed["ms_per_call"]) == {"baseline", "learner", "reference"}
+    assert set(speed.details["ms_per_call"]) == {"baseline", "learner", "reference"}
 
 
 # Learner code that looks for the reference where it could be: files, the interpreter's modules

@@ -102,3 +102,15 @@ def test_the_job_carries_the_subjects_memory_limit_it_was_given():
     default = dataclasses.replace(job, memory_bytes=jobs.DEFAULT_MEMORY_BYTES)
     assert jobs.job_for(["ps2.q1"], [], course_root=ROOT, device="cpu",
                         timeout_s=90).memory_bytes == default.memory_bytes
+
+
+def test_the_self_check_and_make_grade_run_learner_code_under_one_memory_default():
+    """One default (issue 45): the address-space limit a job carries when nothing sets it (the
+    self-check's) is make grade's MEMORY_GB default, and the sandbox's own."""
+    from grader.cohort.settings import GradeSettings
+    from grader.isolation import sandbox
+
+    unset = jobs.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], course_root=ROOT,
+                         device="cpu", timeout_s=90, isolation=Isolation("kernel", "no bwrap"))
+    assert unset.memory_bytes == GradeSettings().memory_bytes == JudgeJob(("ps2.q1",), "cpu").memory_bytes \
+        == sandbox.Limits().memory_bytes == sandbox.DEFAULT_MEMORY_BYTES

@@ -139,8 +139,9 @@ class Check:
 class CheckOutcome:
     """What one check reported: passed or not, the learner-facing message, the verdict of a
     timed check ('pass', 'fail', 'inconclusive'), and the figures it measured (``details``:
-    speedups, samples, graph counts, breaks ...). Reads like the JSON it came from too
-    (``outcome["with_reference"]``, ``outcome.get("speedups")``)."""
+    speedups, samples, graph counts, breaks ...). Read through its fields
+    (``outcome.details["with_reference"]``); its JSON form is :meth:`to_dict`'s, read back by
+    :meth:`from_dict`."""
 
     ok: bool
     message: str = ""
@@ -162,17 +163,6 @@ class CheckOutcome:
     def final_verdict(self) -> str:
         """The verdict, or pass/fail for a check that only says ok."""
         return self.verdict or ("pass" if self.ok else "fail")
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __getitem__(self, key: str):
-        if key in ("ok", "message") or (key == "verdict" and self.verdict is not None):
-            return getattr(self, key)
-        return self.details[key]
 
 
 @dataclasses.dataclass

@@ -12,8 +12,8 @@ import dataclasses
 from grader.checks.results import NEEDS_A_REFERENCE, ProblemResult, Status
 from grader.isolation.judge_job import BUILD_REFERENCES, GRADE, JudgeJob, JudgeReply
 from grader.isolation.reference_cells import reference_cells
+from grader.isolation.sandbox import DEFAULT_MEMORY_BYTES
 from grader.isolation.source import Cell
-from grader.isolation.subject_session import DEFAULT_MEMORY_BYTES
 from grader.problems import Problem, get_problem
 
 

@@ -47,7 +47,7 @@ Each check is decided by its declaration (:mod:`grader.checks.declared`, one mod
 the judge gathers the evidence the wanted checks declare they need and decides them in the
 declared order (:meth:`Judge._decide`); it names no check itself.
 
-Why this module is long (~1000 lines): :class:`Judge` is the steps of one job in the order they
+Why this module is long: :class:`Judge` is the steps of one job in the order they
 run, and the helpers below it gather and check the evidence (the graph above all); split
 further, a reader would follow one submission across several files to see what was asked of the
 subject and checked.
@@ -1215,11 +1215,8 @@ def serve(reply_fd: int, once: bool = False) -> int:
     checked whole as it is read (:meth:`JudgeJob.from_dict`): a malformed one is refused with the
     reason, which the driver reports as a grader error for each of its problems."""
     judge = Judge()
-    while True:
-        try:
-            message, _ = channel.read_message(0)
-        except EOFError:
-            return 0
+
+    def answer(message: dict, _blob: bytes) -> tuple[dict, bytes]:
         try:
             job = JudgeJob.from_dict(message)
             reply = judge.build_references(job) if job.op == BUILD_REFERENCES else judge.grade(job)
@@ -1227,9 +1224,9 @@ def serve(reply_fd: int, once: bool = False) -> int:
             reply = JudgeReply.failed(f"the judge refused a malformed job: {exc}")
         except Exception as exc:
             reply = JudgeReply.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
-        channel.write_message(reply_fd, json.loads(json.dumps(reply.to_dict(), default=str)))
-        if once or judge.tainted:
-            return 0
+        return json.loads(json.dumps(reply.to_dict(), default=str)), b""
+
+    return channel.serve(reply_fd, answer, done=lambda _message: once or judge.tainted)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,9 +15,8 @@ import math
 from typing import Any, Mapping
 
 from grader.checks.results import ProblemResult
-from grader.isolation.sandbox import Isolation
+from grader.isolation.sandbox import DEFAULT_MEMORY_BYTES, Isolation
 from grader.isolation.source import Cell
-from grader.isolation.subject_session import DEFAULT_MEMORY_BYTES
 
 GRADE = "grade"
 BUILD_REFERENCES = "build references"
