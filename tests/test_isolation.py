@@ -351,9 +351,9 @@ def test_the_judges_own_work_on_a_graph_has_a_time_limit(monkeypatch):
     """Past its time limit the judge's child that checks the learner's graph is killed: no
     structural point, the reason said, the correctness verdict kept; the judge itself ran none of
     it, so it grades the next submission as before."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation import judge_child
 
-    monkeypatch.setattr(judge_module, "_work_limit_s", lambda problem, side: 0.05)
+    monkeypatch.setattr(judge_child, "work_limit_s", lambda problem, side: 0.05)
     the_judge = Judge()
     result = the_judge.grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert result["checks"]["correctness"]["ok"]
@@ -377,9 +377,9 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
     point, the reason said (the child's own report, or the judge's run of the graph failing to
     allocate: a check that catches the graph's exceptions reports it as the graph's);
     the judge is untouched and grades the next submission as before."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation import judge_child
 
-    monkeypatch.setattr(judge_module, "_child_memory_bytes", lambda side: 64 * 1024 ** 2)
+    monkeypatch.setattr(judge_child, "child_memory_bytes", lambda side: 64 * 1024 ** 2)
     the_judge = Judge()
     job = dataclasses.replace(_graph_job(), learner_cells=(Cell("cell 5", HEAVY),))
     result = the_judge.grade(job).to_dict()["results"]["fx.q1"]
@@ -395,9 +395,9 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
 def test_the_judges_child_dying_otherwise_is_the_graders_failure(monkeypatch):
     """Killed for a reason that is not the graph's limits (here SIGKILL from outside, as the
     machine's OOM killer would): a grader error held for a person, never the learner's 0."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation import deciding
 
-    monkeypatch.setattr(judge_module.Judge, "_decide",
+    monkeypatch.setattr(deciding, "decide",
                         lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
     result = Judge().grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert result["status"] == "grader_error", result

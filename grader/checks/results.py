@@ -48,7 +48,7 @@ class Need(str, enum.Enum):
     OUTPUTS = "outputs"
     # The graph of the learner's traced call, captured by the subject and rebuilt by the judge
     # from data, then checked by the judge on every class of inputs and on the problem's calls as
-    # used (``case.graph``: a :class:`grader.isolation.judge.GraphCheck`).
+    # used (``case.graph``: a :class:`grader.isolation.evidence.graph.GraphVerdict`).
     GRAPH = "graph"
     # The problem's calls as used: a fresh model compiled with fullgraph=True and called
     # ``usage_calls`` times, how often it compiled and whether a call raised (``case.evidence
@@ -75,12 +75,12 @@ NEEDS_A_REFERENCE = (Need.GRAPH, Need.TIMINGS, Need.JOB_FIGURES)
 
 class Case(Protocol):
     """What a check's ``decide`` is given: one problem's evidence, as the judge gathered and
-    checked it (:class:`grader.isolation.judge.Case` is the one there is). Only what the check
+    checked it (:class:`grader.isolation.deciding.JudgedCase` is the one there is). Only what the check
     declared it needs is there; the rest is ``None`` or empty."""
 
     problem: Any            # the grader.problems.Problem
     device: str
-    evidence: Any           # what the subject sent, checked (grader.isolation.judge.Evidence)
+    evidence: Any           # what the subject sent, checked (isolation.evidence.record.Evidence)
     graph: Any              # Need.GRAPH: the judge's verdict on the rebuilt graph, or None
     side: Any               # the problem's reference side (baseline, reference, job figures)
     outcomes: dict          # the checks decided so far, by name (the declared order)
