@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from grader.isolation.check import CheckFailed, evaluate
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell
 

@@ -34,7 +34,7 @@ from grader.checks.declared.job import PROBE_SIZES
 from grader.checks.jobs import JobFigures
 from grader.isolation import reference_side
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem

@@ -199,7 +199,7 @@ def hang_bound_s(assignment: str) -> float:
     """How long a submission whose code never returns can hold the autograder, at most: each group
     of problems runs in a subject stopped at its deadline, which follows what building the
     references took there and is never above the unmeasured one
-    (:func:`grader.isolation.jobs.subject_deadline_s`)."""
+    (:func:`grader.isolation.judging.subject_deadline_s`)."""
     from grader.cohort.scoring import subject_deadlines
 
     return sum(subject_deadlines(assignment, None).values())

@@ -1,4 +1,5 @@
-"""The judge's jobs: :func:`job_for` builds the :class:`~grader.isolation.judge_job.JudgeJob` for
+"""A job for the judge, made and run (one ``jobs`` module a meaning: ps3's jobs of N calls are
+:mod:`grader.checks.jobs`): :func:`job_for` builds the :class:`~grader.isolation.judge_job.JudgeJob` for
 a group of problems that share the learner's cells (with the reference solution's cells where
 ``source/`` is at hand), :func:`subject_deadline_s` and :func:`judge_timeout` say how long its
 subject and its judge may take, and :func:`run_job` has a judge process grade it. Used by the
