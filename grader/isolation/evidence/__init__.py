@@ -17,5 +17,9 @@ each part is the request to the subject, the judge's validation of the answer, a
 
 :mod:`~grader.isolation.evidence.gather` asks for them in that order, only what the wanted
 checks need; :mod:`~grader.isolation.evidence.record` is the record they fill and its form on
-the way to a child of the judge's zygote. docs/design.md, "Adding evidence", is a worked example.
+the way to a child of the judge's zygote.
+
+New evidence is a part here (its request, its validation), its
+:class:`grader.checks.results.Need`, its fields in the record, a line in ``gather`` and the
+subject's operation that answers it (:mod:`grader.isolation.subject`).
 """
