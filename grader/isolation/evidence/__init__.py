@@ -1,5 +1,5 @@
-"""The evidence the judge gathers about one problem, one part per kind (:class:`grader.checks.results.Need`):
-each part is the request to the subject, the judge's validation of the answer, and the fields of
+"""The evidence the judge gathers about one problem, one part per kind
+(:class:`grader.checks.results.Need`): each part is the request to the subject, the judge's validation of the answer, and the fields of
 :class:`grader.isolation.evidence.record.Evidence` it fills.
 
 - :mod:`~grader.isolation.evidence.outputs` (``Need.OUTPUTS``): the learner's outputs on inputs

@@ -17,7 +17,8 @@ from grader.problems import Problem
 def gather(subject: SubjectSession, problems: dict, sides: dict, wanted: dict,
            cells: list[Cell], device: str, module: str | None, evidence: dict, lap) -> None:
     """Ask the subject for the evidence the ``wanted`` checks of each problem need, part by part,
-    into ``evidence`` (problem -> :class:`grader.isolation.evidence.record.Evidence`); each step's seconds go to ``lap``."""
+    into ``evidence`` (problem ->
+    :class:`grader.isolation.evidence.record.Evidence`); each step's seconds go to ``lap``."""
     subject.request({"op": "hello"})
     lap("subject start")
     reply, _ = subject.request({"op": "load", "problems": list(problems), "device": device,
