@@ -250,10 +250,29 @@ def test_a_long_module_says_at_its_top_why_it_is_one_module():
                             f"{unexplained}"
 
 
+def test_no_module_docstring_quotes_its_own_size():
+    """A size written at a module's top is stale by the next change (issue 45): the reason a
+    module is long stays, its line count does not."""
+    quoted = []
+    for root, _, names in os.walk(PACKAGE):
+        for name in (n for n in names if n.endswith(".py")):
+            path = os.path.join(root, name)
+            doc = ast.get_docstring(ast.parse(open(path).read())) or ""
+            if re.search(r"~?\d[\d,]*\s+lines\b", doc):
+                quoted.append(os.path.relpath(path, PACKAGE))
+    assert not quoted, f"module docstrings quoting a line count: {quoted}"
+
+
 # Where a check's name may not be spelled (issue 34): what decides, asks for evidence, or scores
 # reads the declarations (grader.checks.declared), so that adding a check touches none of these.
-NO_CHECK_NAMES = ("grader/isolation/judge.py", "grader/problems/__init__.py",
-                  "grader/cohort/scoring.py")
+# The judge: its steps, the evidence it gathers, where it decides (issue 45: one module a step).
+JUDGE = ("grader/isolation/judge.py", "grader/isolation/deciding.py",
+         "grader/isolation/judge_child.py",
+         *sorted(f"grader/isolation/evidence/{name}"
+                 for name in os.listdir(os.path.join(os.path.dirname(PACKAGE),
+                                                     "grader/isolation/evidence"))
+                 if name.endswith(".py")))
+NO_CHECK_NAMES = (*JUDGE, "grader/problems/__init__.py", "grader/cohort/scoring.py")
 # Words of the subject's protocol that happen to be check names: a request's operation
 # ({"op": "breaks"}) and the fields of its replies (report.get("breaks")).
 _REPLIES = ("header", "report", "reply")
@@ -274,6 +293,25 @@ def _check_names_spelled(source: str, names: set[str]) -> list[tuple[int, str]]:
             allowed.add(id(node.args[0]))
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and node.value in names and id(node) not in allowed]
+
+
+def test_the_judge_names_no_problem_set():
+    """What a problem set teaches beyond one graph (ps3's planning question, ps6's cached step,
+    ps8's custom operator) is declared by the set, or by a check it names (issue 45): the
+    judge's modules name no set, in code or in words."""
+    root = os.path.dirname(PACKAGE)
+    assert "grader/isolation/evidence/graph.py" in JUDGE
+    found = [f"{path}:{number}: {line.strip()}" for path in JUDGE
+             for number, line in enumerate(open(os.path.join(root, path)), 1)
+             if re.search(r"\bps\d", line)]
+    assert not found, "\n".join(found)
+
+
+def test_the_judge_is_the_list_of_its_steps():
+    """judge.py holds the steps of one job; the evidence, the decision and where it runs are
+    modules of their own (issue 45: at most 400 lines)."""
+    lines = open(os.path.join(os.path.dirname(PACKAGE), "grader/isolation/judge.py")).read()
+    assert lines.count("\n") <= 400, lines.count("\n")
 
 
 def test_no_check_name_is_spelled_outside_its_declaration():

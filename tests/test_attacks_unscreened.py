@@ -30,7 +30,7 @@ import subprocess
 import pytest
 import torch
 
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.reference_cells import reference_cells
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell

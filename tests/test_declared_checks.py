@@ -168,7 +168,7 @@ def test_a_check_declared_outside_the_grader_is_graded_by_the_real_judge(course_
     assert "not checked" in synced.message("no_host_sync")
     # Wrong outputs: the declared requirement gates it, with the gate's reason.
     assert not wrong.ok("correctness") and not wrong.ok("no_host_sync")
-    assert wrong.outcome("no_host_sync")["gated_by"] == "correctness"
+    assert wrong.outcome("no_host_sync").details["gated_by"] == "correctness"
 
 
 def test_the_course_check_fails_a_graph_that_reads_a_value_back(course_check):

@@ -24,7 +24,7 @@ import runpy
 import pytest
 
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from grader.isolation.check import CheckFailed, evaluate
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell
 
@@ -52,7 +52,7 @@ def test_honest_solution_passes_every_check():
         assert ev.ok(name), ev.message(name)
     assert ev.verdict("speed") in ("pass", "inconclusive")
     speed = ev.outcome("speed")
-    assert speed["trials"] >= 11 and speed["with_reference"] is False
+    assert speed.details["trials"] >= 11 and speed.details["with_reference"] is False
     assert "checked by the grader" in ev.message("fullgraph")
 
 
@@ -76,10 +76,10 @@ def test_reference_is_measured_in_the_same_run(course_with_reference):
                   course_root=course_with_reference, checks=["correctness", "speed"])
     assert ev.status == "ok", ev.result
     speed = ev.outcome("speed")
-    assert speed["with_reference"] is True
-    names = [c["name"] for c in speed["conditions"]]
+    assert speed.details["with_reference"] is True
+    names = [c["name"] for c in speed.details["conditions"]]
     assert "speedup relative to reference" in names
-    assert set(speed["ms_per_call"]) == {"baseline", "learner", "reference"}
+    assert set(speed.details["ms_per_call"]) == {"baseline", "learner", "reference"}
 
 
 # Learner code that looks for the reference where it could be: files, the interpreter's modules
@@ -351,9 +351,9 @@ def test_the_judges_own_work_on_a_graph_has_a_time_limit(monkeypatch):
     """Past its time limit the judge's child that checks the learner's graph is killed: no
     structural point, the reason said, the correctness verdict kept; the judge itself ran none of
     it, so it grades the next submission as before."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation import judge_child
 
-    monkeypatch.setattr(judge_module, "_work_limit_s", lambda problem, side: 0.05)
+    monkeypatch.setattr(judge_child, "work_limit_s", lambda problem, side: 0.05)
     the_judge = Judge()
     result = the_judge.grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert result["checks"]["correctness"]["ok"]
@@ -377,9 +377,9 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
     point, the reason said (the child's own report, or the judge's run of the graph failing to
     allocate: a check that catches the graph's exceptions reports it as the graph's);
     the judge is untouched and grades the next submission as before."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation import judge_child
 
-    monkeypatch.setattr(judge_module, "_child_memory_bytes", lambda side: 64 * 1024 ** 2)
+    monkeypatch.setattr(judge_child, "child_memory_bytes", lambda side: 64 * 1024 ** 2)
     the_judge = Judge()
     job = dataclasses.replace(_graph_job(), learner_cells=(Cell("cell 5", HEAVY),))
     result = the_judge.grade(job).to_dict()["results"]["fx.q1"]
@@ -395,9 +395,9 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
 def test_the_judges_child_dying_otherwise_is_the_graders_failure(monkeypatch):
     """Killed for a reason that is not the graph's limits (here SIGKILL from outside, as the
     machine's OOM killer would): a grader error held for a person, never the learner's 0."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation import deciding
 
-    monkeypatch.setattr(judge_module.Judge, "_decide",
+    monkeypatch.setattr(deciding, "decide",
                         lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
     result = Judge().grade(_graph_job()).to_dict()["results"]["fx.q1"]
     assert result["status"] == "grader_error", result

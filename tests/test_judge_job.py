@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from grader.checks.results import CheckOutcome, ProblemResult, Status
-from grader.isolation import jobs
+from grader.isolation import judging
 from grader.isolation.judge_job import (BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob)
 from grader.isolation.judge_process import JudgeProcess
 from grader.isolation.sandbox import Isolation
@@ -18,7 +18,7 @@ ROOT = "."
 
 
 def _job() -> JudgeJob:
-    return jobs.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], course_root=ROOT,
+    return judging.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], course_root=ROOT,
                         device="cpu", timeout_s=90, isolation=Isolation("kernel", "no bwrap"),
                         checks={"ps2.q1": ["correctness", "speed"]}, memory_bytes=2 ** 30)
 
@@ -30,7 +30,7 @@ def test_a_job_reads_back_as_itself_from_the_json_the_pipe_carries():
     assert again == job
     assert again.wanted("ps2.q1", ("correctness", "fullgraph", "speed")) == ["correctness", "speed"]
     assert again.wanted("ps9.q9", ("correctness", "speed")) == ["correctness", "speed"]
-    built = jobs.build_references_job(["ps2.q1"], ROOT, device="cpu",
+    built = judging.build_references_job(["ps2.q1"], ROOT, device="cpu",
                                       measured_jobs={"ps3.q1": {"break_even": 1.0}})
     assert JudgeJob.from_dict(built.to_dict()) == built and built.op == BUILD_REFERENCES
 
@@ -74,7 +74,7 @@ def test_the_judge_process_refuses_a_malformed_job_and_the_driver_calls_it_a_gra
             "the judge refused a malformed job: learner_cells must be a list"), reply
         assert not reply.results
         # The judge refused the job and lives on: the next one is answered by the same process.
-        results = jobs.run_job(Forged(), judge)
+        results = judging.run_job(Forged(), judge)
     finally:
         judge.close()
     assert results["ps2.q1"]["status"] == Status.GRADER_ERROR
@@ -99,6 +99,18 @@ def test_a_reply_reads_back_as_itself_and_a_malformed_one_reads_as_a_failed_judg
 def test_the_job_carries_the_subjects_memory_limit_it_was_given():
     job = _job()
     assert JudgeJob.from_dict(job.to_dict()).memory_bytes == 2 ** 30
-    default = dataclasses.replace(job, memory_bytes=jobs.DEFAULT_MEMORY_BYTES)
-    assert jobs.job_for(["ps2.q1"], [], course_root=ROOT, device="cpu",
+    default = dataclasses.replace(job, memory_bytes=judging.DEFAULT_MEMORY_BYTES)
+    assert judging.job_for(["ps2.q1"], [], course_root=ROOT, device="cpu",
                         timeout_s=90).memory_bytes == default.memory_bytes
+
+
+def test_the_self_check_and_make_grade_run_learner_code_under_one_memory_default():
+    """One default (issue 45): the address-space limit a job carries when nothing sets it (the
+    self-check's) is make grade's MEMORY_GB default, and the sandbox's own."""
+    from grader.cohort.settings import GradeSettings
+    from grader.isolation import sandbox
+
+    unset = judging.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], course_root=ROOT,
+                         device="cpu", timeout_s=90, isolation=Isolation("kernel", "no bwrap"))
+    assert unset.memory_bytes == GradeSettings().memory_bytes == JudgeJob(("ps2.q1",), "cpu").memory_bytes \
+        == sandbox.Limits().memory_bytes == sandbox.DEFAULT_MEMORY_BYTES

@@ -1,6 +1,6 @@
 """nbgrader's autograde of a judged submission (grader.cohort.judged_autograde), which runs
 nothing of the notebook, and the subject's deadline that follows the references
-(grader.cohort.scoring, grader.isolation.jobs.subject_deadline_s).
+(grader.cohort.scoring, grader.isolation.judging.subject_deadline_s).
 
 The nbgrader step is tested on ps2's course with judged scores written here (what the judge's
 scoring saves, grader.cohort.scoring.JudgedScores), so every kind of test cell is covered in
@@ -21,7 +21,7 @@ from grader.cohort.collect import Submission
 from grader.cohort.judged_autograde import SAVED_OUTPUT_NOTE, WHILE_GRADING, autograde
 from grader.cohort.merge import merge
 from grader.cohort.scoring import BuiltReferences, grade_notebook, subject_deadlines
-from grader.isolation import jobs
+from grader.isolation import judging
 from grader.isolation.judge_job import BUILD_REFERENCES, JudgeReply
 from grader.checks.results import ProblemResult
 from grader.problems import get_problem
@@ -164,11 +164,11 @@ def test_the_courses_own_autograde_steps_cannot_score_the_saved_outputs(course, 
 def test_the_deadline_is_a_few_times_the_references_build_with_a_floor_and_the_old_ceiling():
     problems = [get_problem("ps2.q1")]
     unmeasured = max(300.0, 4 * max(p.budget_s for p in problems))
-    assert jobs.subject_deadline_s(problems) == unmeasured            # self-check: as before
-    assert jobs.subject_deadline_s(problems, 40.0) == jobs.SUBJECT_DEADLINE_FACTOR * 40.0
-    assert jobs.subject_deadline_s(problems, 1.0) == jobs.SUBJECT_DEADLINE_FLOOR_S
-    assert jobs.subject_deadline_s(problems, 1e4) == unmeasured
-    assert subject_deadlines(PS, 40.0) == {"ps2-q1-solution": jobs.SUBJECT_DEADLINE_FACTOR * 40.0}
+    assert judging.subject_deadline_s(problems) == unmeasured            # self-check: as before
+    assert judging.subject_deadline_s(problems, 40.0) == judging.SUBJECT_DEADLINE_FACTOR * 40.0
+    assert judging.subject_deadline_s(problems, 1.0) == judging.SUBJECT_DEADLINE_FLOOR_S
+    assert judging.subject_deadline_s(problems, 1e4) == unmeasured
+    assert subject_deadlines(PS, 40.0) == {"ps2-q1-solution": judging.SUBJECT_DEADLINE_FACTOR * 40.0}
 
 
 def test_the_references_measure_is_the_slowest_build_and_a_plans_slowest_first_call():
@@ -201,7 +201,7 @@ def test_a_submission_is_judged_with_the_measured_deadline_and_the_cell_says_why
     problems = [get_problem("ps2.q1")]
     given = _Judge(build_s=0.0)        # make grade: the run's first judge measured 25 s
     judged = grade_notebook(notebook, PS, course, judge=given, reference_s=25.0)
-    deadline = jobs.subject_deadline_s(problems, 25.0)
+    deadline = judging.subject_deadline_s(problems, 25.0)
     assert [j.timeout_s for j in given.jobs] == [deadline]
     assert judged.solutions["ps2-q1-solution"] == {
         "problems": ["ps2.q1"], "deadline_s": deadline,
@@ -209,7 +209,7 @@ def test_a_submission_is_judged_with_the_measured_deadline_and_the_cell_says_why
                 f"{deadline:.0f} s"}
     own = _Judge(build_s=40.0)         # Gradescope: the references are built, and measured, first
     judged = grade_notebook(notebook, PS, course, judge=own)
-    deadline = jobs.subject_deadline_s(problems, 40.0)
+    deadline = judging.subject_deadline_s(problems, 40.0)
     assert own.jobs[0].op == BUILD_REFERENCES and own.jobs[1].timeout_s == deadline
     assert judged.solutions["ps2-q1-solution"]["deadline_s"] == deadline
 

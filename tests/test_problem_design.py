@@ -30,10 +30,11 @@ import runpy
 
 import pytest
 
+from grader.checks.declared.job import PROBE_SIZES
 from grader.checks.jobs import JobFigures
 from grader.isolation import reference_side
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem
@@ -347,7 +348,7 @@ def test_ps3_the_rule_is_asked_among_decoys_drawn_like_the_hidden_jobs(ps3_judge
     hidden = {j["calls"] for j in result["checks"]["job"]["jobs"]}
     assert hidden < set(sizes) and set(EXAMPLES) < set(sizes)
     near = [n for n in sizes if B / 3 <= n <= 3 * B]
-    elsewhere = [n for n in sizes if n not in hidden and n not in judge_module.PROBE_SIZES
+    elsewhere = [n for n in sizes if n not in hidden and n not in PROBE_SIZES
                  and n not in EXAMPLES]
     assert len(elsewhere) >= 20, sizes           # three decoy clusters of ten
     assert len(near) < len(sizes) / 2, sizes
@@ -512,7 +513,6 @@ def test_self_check_neither_measures_nor_judges_ps3s_hidden_jobs(monkeypatch):
 
 
 def _probe():
-    from grader.isolation.judge import PROBE_SIZES
     return PROBE_SIZES
 
 

@@ -27,7 +27,7 @@ from grader.course import chapters as ch
 from grader.checks import _torch_internals as ti
 from grader.cohort.demo import expected_scores
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem, ps7

@@ -28,7 +28,7 @@ from grader.checks import custom_ops, graph_artifact
 from grader.common.wire import Packer
 from grader.cohort.demo import expected_scores
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.jobs import job_for
+from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
 from grader.isolation.source import Cell, solution_cells
 from grader.problems import get_problem, ps8

@@ -129,7 +129,7 @@ def test_a_training_steps_graph_is_checked_in_a_bounded_child(judge, monkeypatch
     than its limit (here lowered to 64 MiB) gives no structural point, with the reason; the
     judge grades the honest reference after both with every check passed, in the same zygote."""
     from test_attacks_unscreened import SWOLLEN_GRAPH
-    from grader.isolation import judge as judge_module
+    from grader.isolation import judge_child
 
     started = time.monotonic()
     swollen = _graded(judge, SWOLLEN_GRAPH.format(how="nodes") + REFERENCE, screen=False)
@@ -143,7 +143,7 @@ def test_a_training_steps_graph_is_checked_in_a_bounded_child(judge, monkeypatch
     assert judge_s < 60, swollen["phases"]
     zygote = judge.zygote.proc.pid
 
-    monkeypatch.setattr(judge_module, "_child_memory_bytes", lambda side: 64 * 1024 ** 2)
+    monkeypatch.setattr(judge_child, "child_memory_bytes", lambda side: 64 * 1024 ** 2)
     heavy = _graded(judge, HEAVY)
     assert heavy["status"] == "ok" and heavy["checks"]["correctness"]["ok"], heavy
     assert heavy["graph_child"]["ended"] in ("memory", "done"), heavy["graph_child"]

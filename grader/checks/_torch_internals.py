@@ -5,7 +5,7 @@ A torch upgrade that moves one of these breaks this module and its test
 and newer (``make test-oldest``); where names moved between releases, both spellings are tried,
 including torch 2.6's (see docs/versions.md for what still differs there).
 
-Why one long module (~1,000 lines): keeping every private torch name in one file is the point
+Why one long module: keeping every private torch name in one file is the point
 (a torch upgrade breaks here and nowhere else); it is sectioned by the torch subsystem touched.
 """
 from __future__ import annotations

@@ -31,7 +31,7 @@ What the judge then does with it (runs it on inputs it chose, compares it with t
 every shape and step the problem uses, compiles it with Inductor, counts its kernels, times it)
 is in :mod:`grader.isolation.judge`.
 
-Why one long module (~800 lines): the wire format of a graph, its allow-list and its checks
+Why one long module: the wire format of a graph, its allow-list and its checks
 are one trust boundary; split, a change to the format could miss the check that guards it.
 """
 from __future__ import annotations

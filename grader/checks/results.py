@@ -48,7 +48,7 @@ class Need(str, enum.Enum):
     OUTPUTS = "outputs"
     # The graph of the learner's traced call, captured by the subject and rebuilt by the judge
     # from data, then checked by the judge on every class of inputs and on the problem's calls as
-    # used (``case.graph``: a :class:`grader.isolation.judge.GraphCheck`).
+    # used (``case.graph``: a :class:`grader.isolation.evidence.graph.GraphVerdict`).
     GRAPH = "graph"
     # The problem's calls as used: a fresh model compiled with fullgraph=True and called
     # ``usage_calls`` times, how often it compiled and whether a call raised (``case.evidence
@@ -75,12 +75,12 @@ NEEDS_A_REFERENCE = (Need.GRAPH, Need.TIMINGS, Need.JOB_FIGURES)
 
 class Case(Protocol):
     """What a check's ``decide`` is given: one problem's evidence, as the judge gathered and
-    checked it (:class:`grader.isolation.judge.Case` is the one there is). Only what the check
+    checked it (:class:`grader.isolation.deciding.JudgedCase` is the one there is). Only what the check
     declared it needs is there; the rest is ``None`` or empty."""
 
     problem: Any            # the grader.problems.Problem
     device: str
-    evidence: Any           # what the subject sent, checked (grader.isolation.judge.Evidence)
+    evidence: Any           # what the subject sent, checked (isolation.evidence.record.Evidence)
     graph: Any              # Need.GRAPH: the judge's verdict on the rebuilt graph, or None
     side: Any               # the problem's reference side (baseline, reference, job figures)
     outcomes: dict          # the checks decided so far, by name (the declared order)
@@ -139,8 +139,9 @@ class Check:
 class CheckOutcome:
     """What one check reported: passed or not, the learner-facing message, the verdict of a
     timed check ('pass', 'fail', 'inconclusive'), and the figures it measured (``details``:
-    speedups, samples, graph counts, breaks ...). Reads like the JSON it came from too
-    (``outcome["with_reference"]``, ``outcome.get("speedups")``)."""
+    speedups, samples, graph counts, breaks ...). Read through its fields
+    (``outcome.details["with_reference"]``); its JSON form is :meth:`to_dict`'s, read back by
+    :meth:`from_dict`."""
 
     ok: bool
     message: str = ""
@@ -162,17 +163,6 @@ class CheckOutcome:
     def final_verdict(self) -> str:
         """The verdict, or pass/fail for a check that only says ok."""
         return self.verdict or ("pass" if self.ok else "fail")
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __getitem__(self, key: str):
-        if key in ("ok", "message") or (key == "verdict" and self.verdict is not None):
-            return getattr(self, key)
-        return self.details[key]
 
 
 @dataclasses.dataclass

@@ -30,7 +30,7 @@ Trust: points are decided by processes that never run learner code: the judged s
 from ``TEST_CELLS``. The learner's code runs only in the judge's sandboxed subject, which sees
 neither the course nor the gradebook nor ``source/``; nbgrader runs no cell of the notebook.
 
-Why one module (~460 lines): it is the run itself, its steps in the order they run, each handing
+Why one module: it is the run itself, its steps in the order they run, each handing
 its work to another module; split, a reader would follow one run across files to see what
 happens before what.
 """

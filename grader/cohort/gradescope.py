@@ -39,7 +39,7 @@ Gradescope advises, at least an unprivileged user id; and ``/autograder/source/c
 records which (``extra_data.isolation``), and the autograder's stdout, shown to instructors only,
 says so. The confinement is this package's own code (ctypes): setup.sh installs nothing for it.
 
-Why one long module (~600 lines): Gradescope's side of the course is two halves of one
+Why one long module: Gradescope's side of the course is two halves of one
 contract, the zip built here and the ``run_autograder`` it runs (results.json), kept together
 so that a change to one is seen beside the other.
 """
@@ -199,7 +199,7 @@ def hang_bound_s(assignment: str) -> float:
     """How long a submission whose code never returns can hold the autograder, at most: each group
     of problems runs in a subject stopped at its deadline, which follows what building the
     references took there and is never above the unmeasured one
-    (:func:`grader.isolation.jobs.subject_deadline_s`)."""
+    (:func:`grader.isolation.judging.subject_deadline_s`)."""
     from grader.cohort.scoring import subject_deadlines
 
     return sum(subject_deadlines(assignment, None).values())

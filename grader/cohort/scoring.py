@@ -120,7 +120,7 @@ class BuiltReferences:
     @property
     def reference_s(self) -> float | None:
         """What loading and compiling the set's reference took the judge on this machine, from
-        which its subjects' deadlines follow (:func:`grader.isolation.jobs.subject_deadline_s`):
+        which its subjects' deadlines follow (:func:`grader.isolation.judging.subject_deadline_s`):
         the slowest of each timed problem's reference side (the reference loaded, its graph
         captured and compiled, the baseline compiled) and each planning question's slowest cold
         first call (a compile of the given model); None when nothing was built. Read it from the
@@ -139,7 +139,7 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
     submission of a run is judged on the same figures, and they are measured once, not once per
     worker or Ray task."""
-    from grader.isolation import jobs
+    from grader.isolation import judging as jobs
 
     keys = [k for k in problems_of(assignment)
             if get_problem(k).needs() & set(NEEDS_A_REFERENCE)]
@@ -174,8 +174,8 @@ def _scores(assignment: str, evaluations: dict) -> dict:
 def subject_deadlines(assignment: str, reference_s: float | None) -> dict[str, float]:
     """The subject's deadline (seconds) for each solution cell of ``assignment`` (one group of
     problems), from what building the set's references took (``reference_s``, None: not
-    measured): :func:`grader.isolation.jobs.subject_deadline_s`."""
-    from grader.isolation import jobs
+    measured): :func:`grader.isolation.judging.subject_deadline_s`."""
+    from grader.isolation import judging as jobs
 
     return {get_problem(keys[0]).solution_grade_id:
             jobs.subject_deadline_s([get_problem(k) for k in keys], reference_s)
@@ -210,13 +210,13 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     per worker, its references built; by default one is started for this notebook, and builds
     them first). ``timeout_s``: the subject's deadline per solution cell; by default it follows
     ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the references
-    when not given; :func:`grader.isolation.jobs.subject_deadline_s`). ``memory_bytes``: the
+    when not given; :func:`grader.isolation.judging.subject_deadline_s`). ``memory_bytes``: the
     subject's address-space limit on CPU (``--memory-gb``). ``screen``: only the
     grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
     out)."""
-    from grader.isolation import jobs
+    from grader.isolation import judging as jobs
     from grader.isolation.screen import describe, screen_cells
     from grader.isolation.judge_process import JudgeProcess
 

@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from grader import _files as files
+from grader.isolation.sandbox import DEFAULT_MEMORY_BYTES
 
 
 def setting(default: Any, help: str, *, make: str, flag: str | None = None,
@@ -41,8 +42,10 @@ class GradeSettings:
                                  make="ASSIGNMENT")
     workers: int = setting(1, "submissions graded at once (on a GPU box: one per GPU)",
                            make="WORKERS", minimum=1)
-    memory_gb: float = setting(10.0, "address-space limit of the process that runs a "
-                                     "submission's code for the judge (its subject), on CPU, in GiB",
+    memory_gb: float = setting(DEFAULT_MEMORY_BYTES / 2 ** 30,
+                               "address-space limit of the process that runs a submission's code "
+                               "for the judge (its subject), on CPU, in GiB (the self-check's "
+                               "too)",
                                make="MEMORY_GB", minimum=1)
     sandbox: str = setting("auto", "confine learner code, each way tried for real first. auto: "
                                    "bubblewrap, else kernel confinement (Landlock, seccomp, a user "

@@ -184,7 +184,7 @@ def score_cell(cell: TestCell, evaluations: dict[str, Evaluation]) -> CellScore:
         key, name = cell.scored
         verdict = evaluations[key].verdict(name)
         review = review or (met and verdict == "inconclusive")
-        share = evaluations[key].outcome(name).get("credit")
+        share = evaluations[key].outcome(name).details.get("credit")
         if not met:
             points = 0.0
         elif isinstance(share, (int, float)) and verdict != "pass":

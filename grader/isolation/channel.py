@@ -19,7 +19,7 @@ _LENGTHS = struct.Struct("<QQ")
 MAX_HEADER_BYTES = 32 * 1024 ** 2
 MAX_BLOB_BYTES = 1024 ** 3
 
-__all__ = ["ProtocolError", "encode_message", "write_message", "read_message"]
+__all__ = ["ProtocolError", "encode_message", "write_message", "read_message", "serve"]
 
 
 def encode_message(header: dict, blob: bytes = b"") -> bytes:
@@ -72,3 +72,18 @@ def read_message(fd: int, reader=os.read, max_blob: int = MAX_BLOB_BYTES) -> tup
     if not isinstance(header, dict):
         raise ProtocolError("the header is not an object")
     return header, _read_exactly(fd, n_blob, reader)
+
+
+def serve(reply_fd: int, answer, done=lambda request: False) -> int:
+    """The serve loop of the judge and of the subject alike: read each message from stdin,
+    write ``answer(header, blob)`` (a ``(reply, blob)``) on ``reply_fd``, until stdin closes or
+    ``done(header)`` says the message just answered was the last. Returns the exit status, 0."""
+    while True:
+        try:
+            request, blob = read_message(0)
+        except EOFError:
+            return 0
+        reply, out = answer(request, blob)
+        write_message(reply_fd, reply, out)
+        if done(request):
+            return 0

@@ -20,7 +20,7 @@ test cell from the problem set's ``TEST_CELLS`` with
 those verdicts (:mod:`grader.cohort.judged_autograde`).
 
 This module is the notebook's API only (``check``, ``evaluate``, ``run_test``,
-``skip_while_grading``); the judge's job is built in :mod:`grader.isolation.jobs`, a test cell is
+``skip_while_grading``); the judge's job is built in :mod:`grader.isolation.judging`, a test cell is
 scored in :mod:`grader.isolation.cell_scores` (both this and ``make grade`` use it), and the
 reference solution is found in :mod:`grader.isolation.reference_cells`.
 """
@@ -36,7 +36,7 @@ from grader.checks.results import PROCESS_FAILURES, CheckOutcome, Status
 # The notebook's one import: what a test cell or self-check names lives in these modules.
 from grader.isolation.cell_scores import (CheckFailed, Evaluation, credit,  # noqa: F401
                                           find_test_cell, score_cell)
-from grader.isolation.jobs import job_for, run_job
+from grader.isolation.judging import job_for, run_job
 from grader.isolation.source import Cell, cells_defining
 from grader.problems import get_problem, public_names
 

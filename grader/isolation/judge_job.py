@@ -6,7 +6,7 @@ The judge reads a job off its pipe with :meth:`JudgeJob.from_dict` before it doe
 job that is not well formed is refused there, whole, with a :class:`MalformedJob` that names what
 is wrong (the driver's bug, reported as a grader error, never as the learner's); past that point
 the judge reads typed fields and no field has a fallback. The driver reads the reply with
-:meth:`JudgeReply.from_dict` likewise. The job is built by :func:`grader.isolation.jobs.job_for`.
+:meth:`JudgeReply.from_dict` likewise. The job is built by :func:`grader.isolation.judging.job_for`.
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ import math
 from typing import Any, Mapping
 
 from grader.checks.results import ProblemResult
-from grader.isolation.sandbox import Isolation
+from grader.isolation.sandbox import DEFAULT_MEMORY_BYTES, Isolation
 from grader.isolation.source import Cell
-from grader.isolation.subject_session import DEFAULT_MEMORY_BYTES
 
 GRADE = "grade"
 BUILD_REFERENCES = "build references"

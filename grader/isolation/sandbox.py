@@ -28,7 +28,7 @@ killed and counted when the subject ends (:attr:`Running.leftovers`). Limits (``
 address space (CPU only: CUDA reserves a large virtual range), processes and threads, file size,
 no core files; and a wall-clock deadline, after which everything is killed.
 
-Why one long module (~950 lines): every limit, namespace, layer and kill of a learner process is
+Why one long module: every limit, namespace, layer and kill of a learner process is
 decided here, so that a reviewer checks the isolation in one file (the system calls themselves
 are in :mod:`grader.isolation.confine`, the launcher's loop in :mod:`grader.isolation.launcher`);
 sections follow a process's life (probe, limits, start, wait, kill, clean up).
@@ -51,6 +51,10 @@ from grader import _environment as environment
 from grader.isolation import cgroups, channel, confine, learner_python, usage
 
 GIB = 1024 ** 3
+# The address-space limit of a process that runs learner code, on CPU, where nothing else says
+# one: the one default of the self-check (evaluate, run_test) and of make grade (MEMORY_GB,
+# grader.cohort.settings.GradeSettings.memory_gb, reads it from here).
+DEFAULT_MEMORY_BYTES = 6 * GIB
 # Unprivileged user ids for sandboxes started by root: far above real users and the ranges
 # systemd and container runtimes hand out. One per concurrent sandbox.
 UID_BASE = int(os.environ.get(environment.SANDBOX_UID_BASE, "1990000000"))
@@ -75,7 +79,7 @@ class Limits:
     timeout_s: float | None = 300.0
     # Address space per process (not on CUDA, which reserves far more than it uses), and the
     # memory of its cgroup where it gets one (:mod:`grader.isolation.cgroups`, CUDA too).
-    memory_bytes: int | None = 6 * GIB
+    memory_bytes: int | None = DEFAULT_MEMORY_BYTES
     processes: int | None = None           # tasks (processes + threads); None: scales with cores
     disk_bytes: int = 2 * GIB              # what it may write: the private /tmp, or its home
     file_bytes: int = 2 * GIB              # the largest file it may write
@@ -628,49 +632,6 @@ def probe(mode: str = "auto") -> Isolation:
 # ---------------------------------------------------------------------------------------------
 # Running
 
-def run(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
-        stdin: bytes = b"", read_only: list[str] | tuple = (), writable: list[str] | tuple = (),
-        env: dict[str, str] | None = None, cwd: str | None = None,
-        device: str = "cpu") -> Finished:
-    """Run ``argv`` limited (and sandboxed) to the end or the timeout; never raises for what
-    the process does. ``stdin`` is written to the process and closed."""
-    uid = take_uid() if isolation.sandboxed and switches_user() else None
-    token = secrets.token_hex(16)
-    env = dict(env if env is not None else environment())
-    env[TOKEN_ENV] = token
-    cmd = command(argv, isolation=isolation, limits=limits, read_only=read_only,
-                  writable=writable, env=env, cwd=cwd, device=device, uid=uid)
-    preexec = None if shutil.which("prlimit") else _fallback_limits(limits, device)
-    started = time.monotonic()
-    output: list[bytes] = []
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=preexec, cwd=cwd if not isolation.sandboxed else None)
-    except OSError as exc:
-        give_back_uid(uid)
-        return Finished(None, f"could not start: {exc}".encode(), False, 0.0)
-    readers = [threading.Thread(target=lambda: output.append(proc.stdout.read()), daemon=True),
-               threading.Thread(target=_feed, args=(proc, stdin), daemon=True)]
-    for reader in readers:
-        reader.start()
-    timed_out = False
-    try:
-        # Wait for the process, not for the end of its output: something it started may hold
-        # the pipes open after it ended. Then nothing of it is left running.
-        proc.wait(timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        proc.wait()
-    finally:
-        _kill_leftovers(token)
-        for reader in readers:
-            reader.join(timeout=10)
-        give_back_uid(uid)
-    return Finished(proc.returncode, b"".join(output), timed_out, time.monotonic() - started)
-
-
 class Running:
     """A limited, confined process the caller talks to while it runs (:func:`start`): requests go
     to its stdin, replies come back on a channel of their own (a pipe whose number the process is
@@ -963,17 +924,6 @@ def _grader_path(home: str) -> str:
     if not os.path.islink(link):
         os.symlink(grader_package_dir(), link)
     return folder
-
-
-def _feed(proc: subprocess.Popen, data: bytes) -> None:
-    """Write ``data`` to the process's stdin and close it (a process that stops reading early
-    just loses the rest)."""
-    try:
-        if data:
-            proc.stdin.write(data)
-        proc.stdin.close()
-    except (BrokenPipeError, OSError):
-        pass
 
 
 def fcntl_dup_high(fd: int) -> int:

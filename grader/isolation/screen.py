@@ -54,7 +54,7 @@ rules, for every solution cell:
 * **Decorators** from :data:`ALLOWED_DECORATORS`; no class keywords (``metaclass=``); no
   ``async``; no string constant with a double underscore.
 
-Why one long module (~800 lines): the screen's rules are read as one list, each rule beside
+Why one long module: the screen's rules are read as one list, each rule beside
 the reason a learner is shown.
 """
 from __future__ import annotations

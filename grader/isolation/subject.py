@@ -296,27 +296,23 @@ def _break_dict(b: breaks.GraphBreak) -> dict:
 
 
 def serve(reply_fd: int) -> int:
+    """Answer the judge's requests from stdin on ``reply_fd`` until it says bye or stdin closes
+    (:func:`grader.isolation.channel.serve`)."""
     subject = Subject()
-    while True:
-        try:
-            request, blob = channel.read_message(0)
-        except EOFError:
-            return 0
+
+    def answer(request: dict, blob: bytes) -> tuple[dict, bytes]:
         if request.get("op") == "bye":
-            channel.write_message(reply_fd, {"bye": True})
-            return 0
+            return {"bye": True}, b""
         if request.get("op") == "hello":  # started: the judge measures how long that took
-            channel.write_message(reply_fd, {"hello": True})
-            continue
+            return {"hello": True}, b""
         try:
-            reply, out = subject.handle(request, blob)
+            return subject.handle(request, blob)
         except Exception as exc:  # noqa: BLE001 (whose it is decides what the judge makes of it)
             if raised_in_learner_code(exc):
-                reply = {"error": f"your code raised: {learner_traceback(exc)}"}
-            else:
-                reply = {"grader_error": traceback.format_exc()[-4 * MAX_TEXT:]}
-            out = b""
-        channel.write_message(reply_fd, reply, out)
+                return {"error": f"your code raised: {learner_traceback(exc)}"}, b""
+            return {"grader_error": traceback.format_exc()[-4 * MAX_TEXT:]}, b""
+
+    return channel.serve(reply_fd, answer, done=lambda request: request.get("op") == "bye")
 
 
 def main(argv: list[str] | None = None) -> int:

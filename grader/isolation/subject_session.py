@@ -18,8 +18,6 @@ from grader.checks.results import Status
 from grader.common.wire import ProtocolError
 from grader.isolation import channel, sandbox
 
-DEFAULT_MEMORY_BYTES = 6 * 1024 ** 3
-
 
 # What the learner reads when a limit stopped their code (grader.isolation.sandbox.Running.exceeded).
 EXCEEDED = {
@@ -81,7 +79,7 @@ class SubjectSession:
     """One subject process: requests with deadlines, replies parsed as data only."""
 
     def __init__(self, *, isolation: sandbox.Isolation, device: str, problem_module: str | None,
-                 deadline: float, memory_bytes: int | None = DEFAULT_MEMORY_BYTES):
+                 deadline: float, memory_bytes: int | None = sandbox.DEFAULT_MEMORY_BYTES):
         self.deadline = deadline
         extra = _module_dirs(problem_module)
         env = sandbox.environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",

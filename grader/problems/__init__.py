@@ -110,9 +110,11 @@ class Problem:
     - ``max_operators``: the ``operators`` check's bound: the learner's captured graph may hold at
       most this many ATen operators (a Python loop over rows unrolls into a copy of its body per
       row, even where it compiles once).
-    - ``max_work_ratio``: the learner's graph may do at most this many times the FLOPs of the
-      reference's graph per call, on every one of ``work_inputs(device)`` (and no more on the
-      last than on the first: work that grows with the position is not a cached step).
+    - ``lessons``: what a graph the judge checked must also do to be this problem's lesson,
+      declared by the problem set (ps6: the work of a cached step, ``ps6.cached_step``; ps8: the
+      library called through the custom operator, ``ps8.through_the_operator``): each
+      ``lesson(case)`` (``case.graph`` the judge's verdict on the rebuilt graph, passed) returns
+      '' or why not, and a graph that misses one earns no structural point.
     - ``reference_eager_baseline``: when the reference is at hand, speed is measured over the
       reference's own model run eagerly (so the speedup credited is compilation's, not a better
       algorithm's); self-check, which has no reference, keeps the given baseline and its floors.
@@ -165,8 +167,7 @@ class Problem:
     allowed_config: frozenset = frozenset()
     choices: dict = dataclasses.field(default_factory=dict)
     refused_operators: dict = dataclasses.field(default_factory=dict)
-    max_work_ratio: float | None = None
-    work_inputs: Callable[[str], list[tuple]] | None = None
+    lessons: tuple[Callable[[Any], str], ...] = ()
     reference_eager_baseline: bool = False
     plan: JobPlan | None = None
     training: bool = False

@@ -22,8 +22,9 @@ import math
 import torch
 from torch import nn
 
-from grader.problems import Problem, TestCell
+from grader.checks import _torch_internals as ti
 from grader.checks.targets import SpeedTarget
+from grader.problems import Problem, TestCell
 from grader.problems.tiny_gpt import (DIM, HEAD_DIM, HEADS, VOCAB, Block, TinyGPTLayers,
                                       softmax_last)
 
@@ -144,6 +145,40 @@ def work_inputs(device: str = "cpu") -> list[tuple]:
             (tokens, torch.tensor(MAX_SEQ - 2, device=device))]
 
 
+# A cached step may do at most this many times the FLOPs of the reference's step per call.
+MAX_WORK_RATIO = 2.0
+
+
+def _flops(problem: Problem, module, args: tuple) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), ti.quiet_torch_logs(), FlopCounterMode(display=False) as counter:
+        problem.traced_call(module)(*args)
+    return counter.get_total_flops()
+
+
+def cached_step(case) -> str:
+    """The set's lesson (``Problem.lessons``): '' when the learner's checked graph does the work
+    of a cached step, no more on the last of :func:`work_inputs` than on the first (work that
+    grows with the position is not a cached step) and at most :data:`MAX_WORK_RATIO` times the
+    reference's FLOPs per call; else why not."""
+    problem, side, graph = case.problem, case.side, case.graph
+    calls = work_inputs(side.device)
+    mine = [_flops(problem, graph.module, args) for args in calls]
+    if mine[-1] > 1.1 * max(1, mine[0]):
+        return (f"your step does more work later in a generation ({mine[0]:,} FLOPs at the first "
+                f"call, {mine[-1]:,} at the last): a cached step computes one position per "
+                f"layer, whatever the position")
+    if side.reference_module is None:
+        return ""
+    theirs = max(_flops(problem, side.reference_module, args) for args in calls)
+    if max(mine) > MAX_WORK_RATIO * theirs:
+        return (f"your step does {max(mine):,} FLOPs a call, more than "
+                f"{MAX_WORK_RATIO:g}x the reference's {theirs:,}: a cached step computes "
+                f"one position per layer and reads the cache, it does not recompute the sequence")
+    return ""
+
+
 def recompile_inputs(device: str = "cpu") -> list[tuple]:
     """Every step call of four generations, in order: batch sizes 1, 2, 3, 4 with prompt
     lengths 8, 16, 24, 32, padded as :func:`decode` pads them."""
@@ -206,7 +241,7 @@ PROBLEMS = {
         baseline_compile=None, learner_compile={"fullgraph": True}, compile_options=_chosen_mode,
         choices={"mode": MODES},
         recompile_inputs=recompile_inputs, max_compiles=1,
-        max_work_ratio=2.0, work_inputs=work_inputs, reference_eager_baseline=True,
+        lessons=(cached_step,), reference_eager_baseline=True,
         target=SpeedTarget(fraction_of_reference=0.85, faster_than_baseline=True),
         budget_s=20.0, hints=HINTS),
 }

@@ -182,6 +182,17 @@ HINTS = {
              "fuses the GELUs, the norm and the loss around the operator.",
 }
 
+def through_the_operator(case) -> str:
+    """The set's lesson (``Problem.lessons``): '' when the learner's checked graph calls the
+    library through the custom operator (:data:`RMS_POOL_OP`), else why a graph without it is
+    not the lesson: a rewrite of the library in torch operators."""
+    spec = case.problem.custom_op
+    if spec.graph_name in (case.graph_operators() or ()):
+        return ""
+    return (f"it does not call the library through `{spec.qualname}` (this problem teaches "
+            f"wrapping the library's kernel as a custom operator, not rewriting it)")
+
+
 PROBLEMS = {
     "ps8.q1": Problem(
         key="ps8.q1", title="a library call wrapped as a custom operator", entry="FixedSignalModel",
@@ -190,7 +201,7 @@ PROBLEMS = {
         checks=("correctness", "custom_op", "fullgraph", "breaks", "speed"),
         training=True, learner_compile={"fullgraph": True},
         inputs_name=f"windows of {STEPS} steps (even)", other_inputs=_other_inputs,
-        custom_op=RMS_POOL_OP,
+        custom_op=RMS_POOL_OP, lessons=(through_the_operator,),
         target=SpeedTarget(fraction_of_reference=0.8, faster_than_baseline=False),
         budget_s=15.0, hints=HINTS),
 }

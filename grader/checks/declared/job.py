@@ -4,6 +4,11 @@ choice for each, judged on the modelled totals from the figures this run's judge
 the credit per pair of jobs (one below the break-even, one above it) that are both right."""
 from __future__ import annotations
 
+import math
+import random
+
+import torch
+
 from grader.checks import targets
 from grader.checks.results import Check, CheckOutcome, Need
 
@@ -81,6 +86,103 @@ def _job_direction(eager: str, choice: str, best: str, totals: dict, verdict: st
                 f"{totals[best]:.2f} s): your rule compiles too early")
     return (f"{best!r} takes {totals[best]:.2f} s: at this size {choice!r} costs more than it "
             f"saves")
+
+
+# ---------------------------------------------------------------------------------------------
+# The jobs a planning question's rule is asked about (the judge asks the subject for the rule's
+# answers: grader.isolation.evidence.rule_answers), and the figures they are judged on, fitted
+# to the instructor's rule before any submission is judged.
+
+def _log_uniform(rng: random.Random, low: float, high: float) -> int:
+    return max(1, int(round(math.exp(rng.uniform(math.log(low), math.log(high))))))
+
+
+# The sizes every rule is asked about besides the hidden jobs: four a decade from 10 to 10^8.
+PROBE_SIZES = tuple(int(round(10 ** (k / 4))) for k in range(4, 33))
+
+
+def hidden_job_sizes(plan, break_even: float | None, rng: random.Random,
+                     spread: tuple[float, float] | None = None) -> list[tuple[str, int]]:
+    """A planning question's hidden jobs, ``(part, calls)``: ``plan.pairs`` sizes drawn
+    log-uniformly in ``[low/far, low/near]`` ("short") and as many in ``[near*high, far*high]``
+    ("long"), where ``low`` and ``high`` are the least and the greatest break-even of the
+    rounds this machine measured (``spread``; ``B``, the break-even, for both where not given);
+    the i-th of each make a pair. Drawn outside the rounds' spread, every job has one right
+    answer on every round's figures however busy the machine was while it measured (a job
+    within the spread would be undecided for every rule, the reference's too). Where compiling
+    never pays (``B`` is ``None``), every size is drawn across ``plan.fallback``, the smaller
+    half "short", the larger "long" (not compiling is then right for each)."""
+    n = plan.pairs
+    if break_even is None:
+        sizes = sorted(_log_uniform(rng, *plan.fallback) for _ in range(2 * n))
+        return [("short", c) for c in sizes[:n]] + [("long", c) for c in sizes[n:]]
+    low, high = spread if spread is not None else (break_even, break_even)
+    return ([("short", _log_uniform(rng, low / plan.far, low / plan.near)) for _ in range(n)]
+            + [("long", _log_uniform(rng, high * plan.near, high * plan.far))
+               for _ in range(n)])
+
+
+# How many sets of hidden jobs the instructor's rule is tried on before a run's figures judge
+# the learners' (each set as one submission's: the pairs the question grades).
+YARDSTICK_SETS = 20
+
+
+def reference_rule_verdict(side) -> str:
+    """'' when the instructor's rule (``side.reference_rule``) earns a planning question on the
+    figures this judge measured, on :data:`YARDSTICK_SETS` sets of hidden jobs drawn as a
+    submission's are; else why not, in the instructor's words (no rule: '')."""
+    rule, plan = side.reference_rule, side.problem.plan
+    if rule is None:
+        return ""
+    figures = side.job_figures()
+    sets = figures.figure_sets()
+    kind = torch.device(side.device).type
+    rng = random.Random(0)
+    missed = []
+    for _ in range(YARDSTICK_SETS):
+        for _part, calls in hidden_job_sizes(plan, figures.break_even, rng, figures.spread()):
+            choice = rule(calls, kind)
+            verdict = targets.judge_plan_choice(sets, calls, choice, plan.fraction)[0] \
+                if choice in plan.modes else "fail"
+            if verdict != "pass":
+                missed.append((calls, choice, verdict))
+    if not missed:
+        return ""
+    calls, choice, verdict = missed[0]
+    return (f"the reference solution's own rule does not earn {side.problem.key} on the figures "
+            f"this machine measured ({figures.summary()}): of "
+            f"{YARDSTICK_SETS * 2 * plan.pairs} hidden jobs drawn as a submission's are, it "
+            f"gets {len(missed)} wrong or undecided (a job of {calls:,} calls: it chose "
+            f"{choice!r}, {verdict}). The machine was busy while it measured, or is unlike the "
+            f"one the rule was written for: every submission's question is held for a person "
+            f"(regrade it on a quiet machine: make grade ASSIGNMENT={side.problem.assignment} "
+            f"REGRADE=1)")
+
+
+def fit_figures(side) -> None:
+    """Judge a planning question's figures by the instructor's rule before any submission is:
+    measured again once where it misses; where it still does, the figures carry the reason
+    (:attr:`JobFigures.unfit`) and every submission's question is held for a person."""
+    if side.problem.plan is None or side.reference_rule is None or side.job_figures().unfit:
+        return
+    why = reference_rule_verdict(side)
+    if why:
+        side.jobs = None            # measured again: the load that moved them may have gone
+        why = reference_rule_verdict(side)
+    side.job_figures().unfit = why
+
+
+def decoy_job_sizes(plan, break_even: float | None, rng: random.Random) -> list[int]:
+    """``plan.decoys`` sets of sizes drawn as the hidden jobs are, each around a false
+    break-even 3 to 30 times above or below the real one: sizes clustered like the hidden ones,
+    so that a rule which sees every size cannot tell which cluster is graded."""
+    centre = break_even or math.sqrt(plan.fallback[0] * plan.fallback[1])
+    sizes = []
+    for _ in range(plan.decoys):
+        away = 10 ** rng.uniform(math.log10(3), math.log10(30))
+        false = centre * away if rng.random() < 0.5 else centre / away
+        sizes += [n for _, n in hidden_job_sizes(plan, false, rng)]
+    return sizes
 
 
 CHECK = Check("job", "the rule's choices on hidden jobs (compile + calls)",

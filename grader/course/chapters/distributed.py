@@ -15,7 +15,7 @@ The chapter prints a task's source with :func:`show_source` so the code is read 
 Private torch APIs (``torch._dynamo.config``) are reached through
 :mod:`grader.checks._torch_internals` only.
 
-Why one module (~510 lines): the processes import the tasks by this module's name, and each task
+Why one module: the processes import the tasks by this module's name, and each task
 reads the model, the bucket rule and the launch's conventions defined beside it; the few helpers
 of the chapter's own process (generated code, the selective-checkpoint policy) are its other
 sections.

@@ -1,4 +1,5 @@
-"""The judge's jobs: :func:`job_for` builds the :class:`~grader.isolation.judge_job.JudgeJob` for
+"""A job for the judge, made and run (one ``jobs`` module a meaning: ps3's jobs of N calls are
+:mod:`grader.checks.jobs`): :func:`job_for` builds the :class:`~grader.isolation.judge_job.JudgeJob` for
 a group of problems that share the learner's cells (with the reference solution's cells where
 ``source/`` is at hand), :func:`subject_deadline_s` and :func:`judge_timeout` say how long its
 subject and its judge may take, and :func:`run_job` has a judge process grade it. Used by the
@@ -12,8 +13,8 @@ import dataclasses
 from grader.checks.results import NEEDS_A_REFERENCE, ProblemResult, Status
 from grader.isolation.judge_job import BUILD_REFERENCES, GRADE, JudgeJob, JudgeReply
 from grader.isolation.reference_cells import reference_cells
+from grader.isolation.sandbox import DEFAULT_MEMORY_BYTES
 from grader.isolation.source import Cell
-from grader.isolation.subject_session import DEFAULT_MEMORY_BYTES
 from grader.problems import Problem, get_problem
 
 
