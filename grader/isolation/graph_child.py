@@ -36,9 +36,10 @@ Where each problem's checks run (docs/trust.md):
   learner's evidence from the data the judge sends (what the subject sent, already checked by
   the judge: graphs as their headers and blobs, the seed of the input classes, the custom
   operator's registration data), and only then lowers its memory limit and runs the checks;
-- on a GPU (:func:`can_fork` is false: a CUDA context does not survive a fork either): in the
-  judge's own process under its time limit alone; a CUDA child (of the zygote, which never
-  touches CUDA) is not built.
+- on a GPU (:func:`can_fork` is false: a CUDA context does not survive a fork either): in a
+  child spawned for each decision (:mod:`grader.isolation.spawned_child`), a fresh Python that
+  builds the reference side again and rebuilds the evidence as a child of the zygote does, with
+  a bound on its CUDA memory instead of an address-space limit.
 """
 from __future__ import annotations
 
@@ -70,13 +71,15 @@ NO_MEMORY_TO_REPLY = 75
 class Bounded:
     """How the child ended: ``kind`` is 'done', 'memory', 'time' or 'failed'; ``value`` the
     child's answer ('done'), ``why`` the reason in words, ``traceback`` the grader's own failure
-    (for the instructor), ``seconds`` the child's wall time."""
+    (for the instructor), ``seconds`` the child's wall time; ``device_memory``, from a spawned
+    child on a GPU (:mod:`grader.isolation.spawned_child`), its bound and peak in bytes."""
 
     kind: str
     value: object = None
     why: str = ""
     traceback: str = ""
     seconds: float = 0.0
+    device_memory: dict = dataclasses.field(default_factory=dict)
 
 
 def can_fork(device: str) -> bool:

@@ -32,10 +32,11 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    interleaved (:mod:`grader.checks.timing`); a planning question's choices against the totals
    the judge's own figures give each way of running the job. On a CPU the checks that compile
    or run the learner's graph run in a child with its own memory and time limits
-   (:mod:`grader.isolation.graph_child`), and this process checks what it sends: for an
-   inference problem a child forked from this process, for a training problem (whose checks
+   (:mod:`grader.isolation.graph_child`), and this process checks what it sends: on a CPU, for
+   an inference problem a child forked from this process, for a training problem (whose checks
    run backward, which a child forked from here could not) a child of this judge's zygote, a
-   fresh Python that never ran backward. On a GPU they run here under a time limit.
+   fresh Python that never ran backward; on a GPU a spawned child with a bound on its CUDA
+   memory (:mod:`grader.isolation.spawned_child`: a CUDA context does not survive a fork).
 
 ``python -m grader.isolation.judge --serve --reply-fd N`` grades jobs from stdin until it closes
 (``make grade`` keeps one per worker slot: :class:`grader.isolation.judge_process.JudgeProcess`);
@@ -69,7 +70,8 @@ from grader.checks.declared import job as job_check
 from grader.checks.jobs import JobFigures
 from grader.checks.results import Need, ProblemResult, Status
 from grader.common.phases import Phases
-from grader.isolation import channel, deciding, graph_child, judge_child, sandbox, screen
+from grader.isolation import (channel, deciding, graph_child, judge_child, sandbox, screen,
+                               spawned_child)
 from grader.isolation.evidence.gather import gather
 from grader.isolation.evidence.record import Evidence
 from grader.isolation.judge_job import BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob
@@ -87,8 +89,9 @@ class Judge:
         # Forks the children that check a training problem's graph (started when first needed).
         self.zygote = graph_child.Zygote(judge_child.TRAINING_WORKER,
                                          preload=judge_child.PRELOAD_COMPILER)
-        # Set when a job overran the judge's own time limit in this process (a GPU: no forked
-        # child): torch may have been stopped half way, so the process serves no further job
+        # Set when a job overran the judge's own time limit in this process (a planning
+        # question's checks, decided here): torch may have been stopped half way, so the process
+        # serves no further job
         # (JudgeProcess starts a fresh one).
         self.tainted = False
 
@@ -216,12 +219,13 @@ class Judge:
             # cannot once this process has (autograd's threads do not survive a fork): they run
             # in a child of the judge's zygote, which never ran backward (_in_the_zygotes_child).
             if problem.plan is None and (graph_child.can_fork(device)
-                                         or judge_child.in_the_zygotes_child(problem, device)):
+                                         or judge_child.in_the_zygotes_child(problem, device)
+                                         or spawned_child.spawns(device)):
                 with graph_artifact.extra_operators(ev.operators):
                     judge_child.decide_in_a_child(self.zygote, problem, sides[key], ev, wanted[key],
                                                   device, job, phases, result, limit)
                 continue
-            try:   # in this process (a GPU, a training step), under the time limit only
+            try:   # in this process (a planning question), under the time limit only
                 with judge_child.time_limit(limit), graph_artifact.extra_operators(ev.operators), \
                         torch.enable_grad():   # as it was, whatever the graph turned off
                     result.checks = deciding.decide(problem, sides[key], ev, wanted[key], device,

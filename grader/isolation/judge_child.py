@@ -2,9 +2,12 @@
 with its own memory and time limits (:mod:`grader.isolation.graph_child`), forked from the judge
 for an inference problem, from the judge's zygote for a training problem (whose checks run
 backward, which a child forked from a judge that ran backward could not), the evidence sent to
-it as data (:func:`grader.isolation.evidence.record.to_wire`); on a GPU in the judge itself,
-under a time limit (:func:`time_limit`). A graph past a limit scores nothing structural, with
-the reason; the child's own failure is the grader's."""
+it as data (:func:`grader.isolation.evidence.record.to_wire`); on a GPU in a child spawned for
+each decision (:mod:`grader.isolation.spawned_child`: a CUDA context does not survive a fork),
+which builds the reference side again and rebuilds the evidence as a child of the zygote does,
+with a bound on its CUDA memory instead of an address-space limit. A planning question's checks
+run in the judge itself, under a time limit (:func:`time_limit`). A graph past a limit scores
+nothing structural, with the reason; the child's own failure is the grader's."""
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +22,7 @@ from grader.checks import graph_artifact
 from grader.checks.declared.correctness import CHECK as CORRECTNESS
 from grader.checks.results import CheckOutcome, Need, ProblemResult, Status
 from grader.common.phases import Phases
-from grader.isolation import deciding, graph_child
+from grader.isolation import deciding, graph_child, spawned_child
 from grader.isolation.evidence import record
 from grader.isolation.evidence.record import Evidence
 from grader.isolation.judge_job import JudgeJob
@@ -27,15 +30,16 @@ from grader.isolation.reference_side import ReferenceSide
 from grader.isolation.source import Cell
 from grader.problems import Problem, get_problem
 
-# What the judge's zygote calls in each child it forks for a training problem's checks.
+# What the judge's zygote calls in each child it forks for a training problem's checks, and a
+# child spawned on a GPU for any problem's (grader.isolation.spawned_child).
 TRAINING_WORKER = "grader.isolation.judge_child:training_worker"
 PRELOAD_COMPILER = "grader.checks._torch_internals:preload_compiler"
 
 
 def in_the_zygotes_child(problem: Problem, device: str) -> bool:
     """Whether ``problem``'s checks run in a child of the judge's zygote: a training problem
-    (its checks run backward) on a CPU. On a GPU they run in the judge's own process under its
-    time limit (a CUDA context does not survive a fork either; that path is not built)."""
+    (its checks run backward) on a CPU. On a GPU every problem's run in a spawned child
+    (:mod:`grader.isolation.spawned_child`: a CUDA context does not survive a fork)."""
     return problem.training and problem.plan is None and device == "cpu"
 
 
@@ -50,15 +54,22 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
     An inference problem's child is forked from this process and inherits its reference
     side; a training problem's is forked from the judge's zygote (it could not run backward
     if forked from here) and builds the reference side again itself (:func:`training_worker`)
-    from the evidence, sent to it as data."""
+    from the evidence, sent to it as data. On a GPU every problem's child is spawned
+    (:mod:`grader.isolation.spawned_child`) and does the same, its CUDA memory bounded."""
     allowance = child_memory_bytes(side)
-    if in_the_zygotes_child(problem, device):
+    where = "zygote" if in_the_zygotes_child(problem, device) else (
+        "spawned" if spawned_child.spawns(device) else "judge")
+    if where != "judge":
         header, blob = record.to_wire(ev)
-        bounded = zygote.run(
-            {"problem": problem.key, "problem_module": job.problem_module,
-             "device": device, "wanted": list(wanted), "judge_job": job_for_the_child(job),
-             "reference_cells": [c.to_dict() for c in job.reference_cells.get(problem.key, ())],
-             "evidence": header}, blob, seconds=limit, memory_bytes=allowance)
+        request = {"problem": problem.key, "problem_module": job.problem_module,
+                   "device": device, "wanted": list(wanted), "judge_job": job_for_the_child(job),
+                   "reference_cells": [c.to_dict() for c in
+                                       job.reference_cells.get(problem.key, ())],
+                   "evidence": header}
+        bounded = zygote.run(request, blob, seconds=limit, memory_bytes=allowance) \
+            if where == "zygote" else \
+            spawned_child.run(TRAINING_WORKER, request, blob, seconds=limit,
+                              memory_bytes=allowance, device=device)
     else:
         def work() -> dict:
             return decided(problem, side, ev, wanted, device, job)
@@ -66,8 +77,9 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
         bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance)
     result.extra["graph_child"] = {"ended": bounded.kind, "seconds": round(bounded.seconds, 2),
                                    "limit_s": round(limit), "memory_bytes": allowance,
-                                   "forked_from": "zygote" if in_the_zygotes_child(
-                                       problem, device) else "judge"}
+                                   "forked_from": where,
+                                   **({"device_memory": bounded.device_memory}
+                                      if bounded.device_memory else {})}
     checks = checks_from_child(bounded.value, wanted) if bounded.kind == "done" else None
     if bounded.kind == "done" and checks is not None:
         result.checks = checks
@@ -85,7 +97,8 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
                f"{limit:.0f} s, several times what this problem's reference needs"
                if bounded.kind == "time" else
                f"the grader's checks of the graph your code compiles to needed more than the "
-               f"{allowance / 2 ** 30:.1f} GiB of memory this problem allows them "
+               f"{allowance / 2 ** 30:.1f} GiB of {'GPU ' if where == 'spawned' else ''}memory "
+               f"this problem allows them "
                f"({bounded.why})")
         result.checks = not_credited(wanted, ev, why)
         return
