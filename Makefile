@@ -27,7 +27,7 @@ STAMP := $(VENV)/.setup-done
 ASSIGNMENT ?=
 SIZE ?= ci
 
-.PHONY: setup setup-sandbox setup-browser test test-oldest lab bench bench-grade gpu-check release grade gradescope clean help
+.PHONY: setup setup-sandbox setup-browser test test-oldest lab bench bench-grade gpu-check gpu-bundle release grade gradescope clean help
 
 # One line per target (tests/test_setup.py checks that every target of .PHONY is listed).
 help:
@@ -42,7 +42,8 @@ help:
 	@echo "make release       regenerate release/ from source/"
 	@echo "make bench         grader and workload figures for this machine (bench-results/)"
 	@echo "make bench-grade   seconds per graded submission and where they go (bench-results/)"
-	@echo "make gpu-check     the benchmarks at full size on CUDA, plus every chapter"
+	@echo "make gpu-check     every GPU table of the course on CUDA (bench-results/gpu-check/); OFFLINE=1: no setup, python3"
+	@echo "make gpu-bundle    what gpu-check OFFLINE=1 needs beyond a GPU machine's torch (gpu-bundle/)"
 	@echo "make clean         remove the venvs and everything the targets made"
 	@echo "make help          this list"
 	@echo
@@ -155,14 +156,35 @@ bench-grade: setup
 bench: setup
 	$(PY) -m grader.cli bench --out bench-results/bench-cpu.md
 
-gpu-check: setup
+# Every GPU table of the course in one run (grader/tools/gpu_check.py; docs/gpu-check.md): the
+# chapters' claims beside this GPU's figures, every GPU-only cell, each problem set graded through
+# the judge, the floors for this device class; files in bench-results/gpu-check/. Here (online) it
+# runs in .venv and then also the chapters through Jupyter and the benchmarks with --calibrate.
+# OFFLINE=1: on a GPU machine with no network: no `setup`; the machine's own python3 (PYTHON_SYS;
+# torch 2.8 or newer with CUDA, Triton, NumPy, Matplotlib; no Jupyter) and, for torchvision,
+# gpu-bundle/ (`make gpu-bundle` made here; send it with the working tree).
+# GPU_CHECK_ARGS: more options (`python3 -m grader.cli gpu-check --help`).
+OFFLINE ?=
+GPU_CHECK_ARGS ?=
+gpu-check: $(if $(OFFLINE),,setup)
+ifeq ($(OFFLINE),)
+	$(PY) -m grader.cli gpu-check --out bench-results/gpu-check $(GPU_CHECK_ARGS)
 	$(PY) -m grader.cli bench --device cuda --size full --calibrate --out bench-results/gpu-check.md
 	$(PY) -m grader.cli gpu-check-chapters --size full --out bench-results/gpu-check-chapters.md
+else
+	$(PYTHON_SYS) -m grader.cli gpu-check --out bench-results/gpu-check $(GPU_CHECK_ARGS)
+endif
+
+# gpu-bundle/: torchvision's wheel for the GPU machine's torch (GPU_TORCH, major.minor), packed
+# for `make gpu-check OFFLINE=1` (about 8 MB; downloaded here, installed nowhere).
+GPU_TORCH ?= 2.11
+gpu-bundle: setup
+	$(PY) -m grader.cli gpu-bundle --torch $(GPU_TORCH)
 
 # Everything the targets make: venvs, bench-results/, build/ (the demo course, Gradescope zips),
 # nbgrader's folders and database, test artifacts. submitted/ and downloads/ are the instructor's.
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) $(SYSTEM) bench-results build reports autograded feedback release/.ipynb_checkpoints \
+	rm -rf $(VENV) $(OLDEST_VENV) $(SYSTEM) bench-results build gpu-bundle reports autograded feedback release/.ipynb_checkpoints \
 		gradebook.db gradebook.db-journal .pytest_cache tests/artifacts .grader-cache
 	find . -name '*.egg-info' -prune -exec rm -rf {} +
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -11,6 +11,8 @@ that runs the grader calls one of these verbs; ``VERB --help`` describes each.
     python -m grader.cli bench-grade ...              seconds per submission, local and Ray (make bench-grade)
     python -m grader.cli bench-gradescope ...         Gradescope's run_autograder: peak memory, wall time
     python -m grader.cli gpu-check-chapters ...       every chapter at full size on CUDA (make gpu-check)
+    python -m grader.cli gpu-check ...                every GPU table in one offline run (make gpu-check)
+    python -m grader.cli gpu-bundle ...               torchvision packed for it (make gpu-bundle)
 """
 from __future__ import annotations
 
@@ -84,6 +86,11 @@ DELEGATED = {
                                                         "run_autograder per problem set"),
     "gpu-check-chapters": ("grader.tools.gpu_check_chapters", "every chapter at full size on CUDA, "
                                                         "with the claims it measured"),
+    "gpu-check": ("grader.tools.gpu_check", "every GPU table of the course in one offline run: "
+                                            "claims, GPU-only cells, the sets through the judge, "
+                                            "floors (make gpu-check)"),
+    "gpu-bundle": ("grader.tools.gpu_bundle", "pack what gpu-check needs beyond a GPU machine's "
+                                              "torch: torchvision (make gpu-bundle)"),
     "record-long-demos": ("grader.tools.record_long_demos", "measure the chapters' opt-in long "
                                                             "demonstrations once, for the figures "
                                                             "their cells show by default"),

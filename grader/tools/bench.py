@@ -148,7 +148,24 @@ def bench_stability(device: str, repeats: int, size: str) -> str:
               f"fixed floors (self-check; they also absorb the machine's drift between runs)")
 
 
-def calibrate_floors(device: str, fraction: float = 0.8, only: list[str] | None = None) -> str:
+FLOOR_FRACTION = 0.8
+"""A self-check floor is this fraction of the reference solution's measured speedup."""
+
+
+def floor_for(reference_speedup: float, fraction: float = FLOOR_FRACTION) -> float:
+    """The self-check floor for a reference solution that measured ``reference_speedup``:
+    ``fraction`` of it, at least 1.0x (used by ``--calibrate`` and by ``make gpu-check``)."""
+    return max(1.0, round(reference_speedup * fraction, 2))
+
+
+def speedup_of(speed_details: dict) -> float | None:
+    """The learner's median speedup in a speed check's details (``None`` when not measured)."""
+    median = (speed_details.get("speedups") or {}).get("learner", {}).get("median")
+    return float(median) if isinstance(median, (int, float)) else None
+
+
+def calibrate_floors(device: str, fraction: float = FLOOR_FRACTION,
+                     only: list[str] | None = None) -> str:
     """Measure every problem's reference solution and write its floor for this device class
     into grader/checks/floors.json (floor = ``fraction`` x the reference's measured speedup).
     ``only``: problem sets ("ps7") or problems ("ps7.q1") to calibrate; the others' floors are
@@ -177,11 +194,11 @@ def calibrate_floors(device: str, fraction: float = 0.8, only: list[str] | None 
             _progress(f"calibrating {key}")
             ev = evaluate(key, cells=cells, reference="off", device=device, course_root=root)
             speed = ev.outcome("speed")
-            med = speed.details.get("speedups", {}).get("learner", {}).get("median")
+            med = speedup_of(speed.details)
             if med is None:
                 rows.append([key, "-", "-", speed.message or "no figure"])
                 continue
-            floor = max(1.0, round(med * fraction, 2))
+            floor = floor_for(med, fraction)
             floors.setdefault(key, {})[dev] = floor
             rows.append([key, f"{med:.2f}x", f"{floor:.2f}x", ""])
     with open(FLOORS_FILE, "w") as fh:
