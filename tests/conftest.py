@@ -224,7 +224,7 @@ LONGEST_FIRST = (
     "test_chapters.py", "test_attacks.py", "test_grade.py", "test_browser.py",
     "test_problem_sets.py", "test_fresh_machine.py", "test_platforms.py", "test_ray.py",
     "test_attacks_escape.py", "test_attacks_unscreened.py", "test_gradescope.py",
-    "test_judged_autograde.py", "test_limits.py",
+    "test_judged_autograde.py", "test_limits.py", "test_gpu_check.py",
     "test_colab_runtime.py", "test_problem_design.py", "test_ps7.py", "test_ps8.py",
 )
 
