@@ -175,8 +175,8 @@ else
 	$(PYTHON_SYS) -m grader.cli gpu-check --out bench-results/gpu-check $(GPU_CHECK_ARGS)
 endif
 
-# gpu-bundle/: torchvision's wheel for the GPU machine's torch (GPU_TORCH, major.minor), packed
-# for `make gpu-check OFFLINE=1` (about 8 MB; downloaded here, installed nowhere).
+# gpu-bundle/: torchvision's wheel for the GPU machine's torch (GPU_TORCH, major.minor), one zip
+# per Python 3.10 to 3.13, for `make gpu-check OFFLINE=1` (29 MiB; downloaded here, installed nowhere).
 GPU_TORCH ?= 2.11
 gpu-bundle: setup
 	$(PY) -m grader.cli gpu-bundle --torch $(GPU_TORCH)

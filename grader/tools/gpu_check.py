@@ -353,10 +353,13 @@ def torchvision_bundle(bundle_dir: str, work: str) -> tuple[str | None, str]:
                       f"gpu-bundle): chapter 5's CNN cell will fail")
     import torch
 
-    from grader.tools.gpu_bundle import bundle_torch, unpack
+    from grader.tools.gpu_bundle import bundle_python, bundle_torch, python_tag, unpack
 
     mine = ".".join(torch.__version__.split("+")[0].split(".")[:2])
-    best = next((p for p in found if bundle_torch(p) == mine), found[-1])
+    # This torch and this Python first; then this torch; then the newest.
+    best = next((p for p in found if bundle_torch(p) == mine and bundle_python(p) in
+                 (python_tag(), "")), next((p for p in found if bundle_torch(p) == mine),
+                                           found[-1]))
     folder = unpack(best, os.path.join(work, "site"))
     what = f"torchvision from the bundle {os.path.basename(best)}" + (
         "" if bundle_torch(best) == mine else f" (made for torch {bundle_torch(best)}, this is "
