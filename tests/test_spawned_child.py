@@ -153,7 +153,7 @@ def test_the_graders_own_failure_is_told_apart():
 def _spawned_judge_result(monkeypatch, meter: str) -> dict:
     """fx.q1's honest graph judged with the checks of its graph in a spawned child whose device
     memory ``meter`` bounds (the judge's GPU path, on a CPU)."""
-    from grader.isolation.jobs import job_for
+    from grader.isolation.judging import job_for
     from grader.isolation.judge import Judge
     from grader.isolation.source import Cell
     from test_isolation import GOOD, TESTS_DIR
