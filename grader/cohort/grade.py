@@ -266,7 +266,7 @@ class JudgeCache:
     compiles the references from cache hits instead of cold. One folder per grader code, torch
     and machine (older ones are removed), beside the first, cold, build's seconds of each set
     (``cold.json``): the subjects' deadlines follow what compiling the references costs on this
-    machine (:func:`grader.isolation.jobs.subject_deadline_s`), not what a warm cache makes it."""
+    machine (:func:`grader.isolation.judging.subject_deadline_s`), not what a warm cache makes it."""
 
     def __init__(self, folder: str):
         self.folder = folder
