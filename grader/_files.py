@@ -84,8 +84,20 @@ def write_json_atomic(path: str, data) -> None:
     """Write ``data`` as JSON to ``path`` whole or not at all (a reader, or a run killed while it
     writes, never sees half a file)."""
     import json
+    import tempfile
 
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1)
-    os.replace(tmp, path)
+    # A name of its own: two processes writing the same file at once (two workers of the test
+    # suite sharing one cache) each replace it whole, the last one winning.
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1)
+        os.chmod(tmp, 0o644)   # as open() would have made it (mkstemp makes 0600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

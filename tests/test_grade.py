@@ -240,3 +240,33 @@ def test_a_shared_judge_cache_is_used_only_where_it_is_the_grading_users(tmp_pat
         monkeypatch.setenv("COURSE_JUDGE_CACHE", str(theirs))
         assert os.path.dirname(JudgeCache.of(str(course)).folder) == \
             os.path.join(str(course), files.CACHE)
+
+
+def test_two_writers_of_one_json_file_never_fail_or_leave_half_a_file(tmp_path):
+    """The shared cache's cold.json (and every file the grader replaces whole) may be written by
+    two processes at once: each write succeeds, and a reader sees one writer's whole file."""
+    import json
+    import threading
+
+    from grader import _files as files
+
+    path = str(tmp_path / "cold.json")
+    errors = []
+
+    def write(value):
+        try:
+            for _ in range(200):
+                files.write_json_atomic(path, {"ps1": value, "pad": "x" * 4000})
+        except Exception as exc:   # pragma: no cover - the failure this test looks for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(v,)) for v in (1, 2)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        if os.path.exists(path):
+            assert json.load(open(path))["ps1"] in (1, 2)
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert os.listdir(tmp_path) == ["cold.json"]       # no temporary file left behind
