@@ -102,6 +102,15 @@ PROBLEMS.update({f"myexercises.q{i}": dataclasses.replace(
     for i, entry in ((2, "Synced"), (3, "Wrong"))})
 """
 
+# The page's exercise again, graded with its evidence part's check ("Adding a kind of evidence").
+HOOKED_EXERCISES = """
+from hooks import NO_HOOKS
+
+PROBLEMS.update({f"myexercises.q{i}": dataclasses.replace(
+    PROBLEMS["myexercises.q1"], key=f"myexercises.q{i}", entry=entry,
+    checks=("correctness", NO_HOOKS)) for i, entry in ((4, "Fixed"), (5, "Hooked"))})
+"""
+
 LEARNER = """
 class Fixed(Original):
     def forward(self, x):
@@ -116,6 +125,12 @@ class Synced(Original):
 class Wrong(Original):
     def forward(self, x):
         return torch.sin(x)
+
+
+class Hooked(Fixed):
+    def __init__(self):
+        super().__init__()
+        self.register_forward_hook(lambda module, args, out: out)
 """
 
 
@@ -129,18 +144,20 @@ def course_check(monkeypatch):
     os.chmod(folder, 0o755)   # mkdtemp's is 0700; the learner's process may run as another user
     with open(os.path.join(folder, "host_sync.py"), "w") as f:
         f.write(design_example("Adding a check"))
+    with open(os.path.join(folder, "hooks.py"), "w") as f:
+        f.write(design_example("Adding a kind of evidence"))
     with open(os.path.join(folder, "myexercises.py"), "w") as f:
-        f.write(design_example("Adding a problem set") + MORE_EXERCISES)
+        f.write(design_example("Adding a problem set") + MORE_EXERCISES + HOOKED_EXERCISES)
     monkeypatch.syspath_prepend(folder)
     yield "myexercises"
-    for name in ("myexercises", "host_sync"):
+    for name in ("myexercises", "host_sync", "hooks"):
         sys.modules.pop(name, None)
     shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_the_pages_examples_are_short():
     """The compass: another course grades its own exercise in 20 lines or so."""
-    for heading in ("Adding a check", "Adding a problem set"):
+    for heading in ("Adding a check", "Adding a problem set", "Adding a kind of evidence"):
         lines = [line for line in design_example(heading).splitlines()
                  if line.strip() and not line.lstrip().startswith(("#", '"""'))]
         assert len(lines) <= 20, (heading, len(lines))
@@ -185,3 +202,72 @@ def test_the_course_check_fails_a_graph_that_reads_a_value_back(course_check):
     outcome = check.decide(case)
     assert isinstance(outcome, CheckOutcome) and not outcome.ok
     assert "aten._local_scalar_dense" in outcome.message
+
+
+def test_a_kind_of_evidence_declared_beside_its_check_is_gathered_by_the_real_judge(
+        course_check, tmp_path):
+    """docs/design.md's evidence part: the subject runs its ``answer`` beside the learner's code,
+    the judge validates it, and the check declared with it decides on it; nothing else asks."""
+    from grader.isolation.check import Evaluation, job_for, run_job
+    from grader.isolation.source import Cell
+    from grader.problems import get_problem
+
+    keys = ["myexercises.q4", "myexercises.q5"]
+    job = job_for(keys, [Cell("cell 5", textwrap.dedent(LEARNER))], reference="off",
+                  problem_module=course_check, course_root=str(tmp_path), timeout_s=240)
+    results = run_job(job)
+    fixed, hooked = (Evaluation(get_problem(k, course_check), results[k]) for k in keys)
+    for ev in (fixed, hooked):
+        assert ev.status == Status.OK, (ev.result.get("message"), ev.result.get("traceback"))
+        assert list(ev.parsed.checks) == ["correctness", "no_hooks"]
+    assert fixed.ok("no_hooks"), fixed.message("no_hooks")
+    assert fixed.message("no_hooks") == "no forward hooks in your model"
+    assert hooked.ok("correctness") and not hooked.ok("no_hooks")
+    assert hooked.message("no_hooks") == "your model holds 1 forward hook(s)"
+
+
+def test_a_declared_part_is_asked_only_where_a_wanted_check_needs_it(course_check):
+    from grader.checks.results import EvidencePart
+    from grader.isolation.evidence import declared
+    from grader.problems import get_problem
+
+    hooks = importlib.import_module("hooks")
+    problem = get_problem("myexercises.q5", course_check)
+    assert problem.needs() == {Need.OUTPUTS, hooks.HOOKS}
+    assert problem.needs(["correctness"]) == {Need.OUTPUTS}
+    assert declared.parts_of(problem.needs()) == [hooks.HOOKS]
+    assert isinstance(hooks.HOOKS, EvidencePart)
+
+
+class _Subject:
+    """A subject that answers a declared part's request with ``reply``."""
+
+    def __init__(self, reply):
+        self.reply, self.asked = reply, []
+
+    def request(self, message, blob=b""):
+        self.asked.append(message)
+        return self.reply, b""
+
+
+def test_a_declared_parts_answer_is_validated_in_the_judge(course_check):
+    from grader.isolation.evidence import declared
+    from grader.isolation.evidence.record import Evidence
+    from grader.isolation.subject_session import SubjectGone
+    from grader.problems import get_problem
+
+    problem = get_problem("myexercises.q5", course_check)
+    ev = Evidence()
+    subject = _Subject({"data": 2})
+    declared.ask(subject, problem, problem.needs(), ev)
+    assert subject.asked == [{"op": "evidence", "problem": "myexercises.q5", "part": "hooks"}]
+    assert ev.declared == {"hooks": 2} and ev.status == "ok"
+    # A forged answer is refused; the learner's exception is their error.
+    with pytest.raises(SubjectGone) as refused:
+        declared.ask(_Subject({"data": "none, trust me"}), problem, problem.needs(), Evidence())
+    assert refused.value.status == Status.REJECTED and "not a number of hooks" in str(
+        refused.value)
+    raised = Evidence()
+    declared.ask(_Subject({"error": "your code raised: boom"}), problem, problem.needs(), raised)
+    assert raised.status == "learner_error" and "boom" in raised.message
+    assert raised.declared == {}

@@ -108,7 +108,7 @@ def test_item_and_boolean_masks_are_refused_as_not_one_graph():
             continue  # torch 2.8: fullgraph=True refuses it already
         with pytest.raises(ga.GraphRefused, match="host|data|shape"):
             loaded, rebuilt = _load(header, blob, baseline)
-            ga.check_on(loaded, rebuilt, (torch.randn(2, 8),))
+            ga.fake_run_on(loaded, rebuilt, (torch.randn(2, 8),))
 
 
 def _plain_header():
@@ -197,7 +197,7 @@ def test_a_graph_that_would_allocate_too_much_is_refused_before_it_runs():
                                "args": [[1 << 20, 1 << 20]], "kwargs": {}})
     loaded, rebuilt = _load(header, blob, model)
     with pytest.raises(ga.GraphRefused, match="too large"):
-        ga.check_on(loaded, rebuilt, (torch.randn(2, 8),))
+        ga.fake_run_on(loaded, rebuilt, (torch.randn(2, 8),))
 
 
 def test_nothing_is_unpickled_on_the_judges_side(monkeypatch, tmp_path):
@@ -264,7 +264,7 @@ def test_a_cond_travels_with_its_branches_and_computes_every_side():
     gen = torch.Generator().manual_seed(0)
     for shift in torch.linspace(-2, 2, 21).tolist():
         x = torch.randn(4, 8, generator=gen) + shift
-        ga.check_on(loaded, rebuilt, (x,))
+        ga.fake_run_on(loaded, rebuilt, (x,))
         with torch.no_grad():
             h = baseline.fc(x)
             sides.add((bool(h.mean() > 0), bool(h.sum() > 4)))
@@ -366,7 +366,7 @@ def test_a_branch_that_would_allocate_too_much_is_refused_even_when_not_taken():
                                "args": [[1 << 20, 1 << 20]], "kwargs": {}})
     loaded, rebuilt = _load(header, blob, baseline)
     with pytest.raises(ga.GraphRefused, match="too large"):
-        ga.check_on(loaded, rebuilt, (torch.randn(4, 8) + 3,))
+        ga.fake_run_on(loaded, rebuilt, (torch.randn(4, 8) + 3,))
 
 
 def test_a_size_check_travels_as_an_assertion_with_the_judges_message():
@@ -387,7 +387,7 @@ def test_a_size_check_travels_as_an_assertion_with_the_judges_message():
     for node in asserts:
         node["args"][1] = "__import__('os').system('id')"
     loaded, rebuilt = _load(header, blob, model)
-    ga.check_on(loaded, rebuilt, (torch.randn(5, 8),))
+    ga.fake_run_on(loaded, rebuilt, (torch.randn(5, 8),))
     with torch.no_grad():
         torch.testing.assert_close(rebuilt(torch.ones(5, 8)), model(torch.ones(5, 8)))
         if asserts:

@@ -114,3 +114,29 @@ def test_the_self_check_and_make_grade_run_learner_code_under_one_memory_default
                          device="cpu", timeout_s=90, isolation=Isolation("kernel", "no bwrap"))
     assert unset.memory_bytes == GradeSettings().memory_bytes == JudgeJob(("ps2.q1",), "cpu").memory_bytes \
         == sandbox.Limits().memory_bytes == sandbox.DEFAULT_MEMORY_BYTES
+
+
+def test_a_jobs_settings_are_one_object_with_one_default_each():
+    """``job_for`` and the notebook's ``evaluate`` take one settings object (issue 45), whose
+    fields are also keywords: the same job either way, and a name it does not declare is an
+    error, never ignored."""
+    from grader.isolation.check import EvaluateSettings, evaluate
+
+    settings = judging.JobSettings(device="cpu", timeout_s=90, course_root=ROOT,
+                                   isolation=Isolation("kernel", "no bwrap"),
+                                   memory_bytes=2 ** 30)
+    by_object = judging.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], settings,
+                                checks={"ps2.q1": ["correctness", "speed"]})
+    assert by_object == _job()
+    assert judging.job_for(["ps2.q1"], [], dataclasses.replace(settings, reference="off"),
+                           reference="auto") == judging.job_for(["ps2.q1"], [], settings)
+    with pytest.raises(TypeError):
+        judging.job_for(["ps2.q1"], [], settings, no_such_setting=1)
+    with pytest.raises(TypeError):
+        evaluate("ps2.q1", cells=[], no_such_setting=1)
+    # evaluate's own settings extend the job's, each declared once.
+    fields = {f.name for f in dataclasses.fields(EvaluateSettings)}
+    assert fields == {f.name for f in dataclasses.fields(judging.JobSettings)} | {
+        "checks", "cache", "hidden_jobs"}
+    assert EvaluateSettings(checks=["correctness"]).checks == ("correctness",)
+    assert EvaluateSettings.made(reference="off").reference == "off"

@@ -115,16 +115,16 @@ def test_the_registration_travels_as_graphs_and_the_judges_operator_runs_the_pro
     assert calls and torch.allclose(x.grad, ps8.rms_pool_backward(
         x.detach(), ps8.rms_pool(x.detach()), torch.ones(2, 3, 3)))
     shapes = ps8._op_shapes(random.Random(1))
-    verdict = custom_ops.check(spec, rebuilt, shapes, (spec.graph_name,), seed=3)
+    verdict = custom_ops.registration_verdict(spec, rebuilt, shapes, (spec.graph_name,), seed=3)
     assert verdict.ok, verdict.message
     # The model's graph must call it: a graph without the operator is a rewrite of the library.
-    verdict = custom_ops.check(spec, rebuilt, shapes, ("aten.sqrt.default",), seed=3)
+    verdict = custom_ops.registration_verdict(spec, rebuilt, shapes, ("aten.sqrt.default",), seed=3)
     assert not verdict.ok and "does not call" in verdict.message
 
 
 def test_a_wrong_backward_is_named_with_the_shapes_it_is_wrong_on():
     spec, reply, blob = _registered("ps8wrong::rms_pool", backward_scale="y")
-    verdict = custom_ops.check(spec, custom_ops.rebuild(spec, reply, blob),
+    verdict = custom_ops.registration_verdict(spec, custom_ops.rebuild(spec, reply, blob),
                                ps8._op_shapes(random.Random(2)), (spec.graph_name,), seed=4)
     assert not verdict.ok and "autograd formula: DISAGREES" in verdict.message, verdict.message
 
@@ -137,7 +137,7 @@ def test_repeat_interleave_by_an_integer_count_is_a_backward_the_grader_takes():
     assert "backward" in reply, reply.get("backward_error")
     targets = {n["target"] for n in reply["backward"]["nodes"]}
     assert not any("repeat_interleave" in t for t in targets), targets
-    verdict = custom_ops.check(spec, custom_ops.rebuild(spec, reply, blob),
+    verdict = custom_ops.registration_verdict(spec, custom_ops.rebuild(spec, reply, blob),
                                ps8._op_shapes(random.Random(5)), (spec.graph_name,), seed=6)
     assert verdict.ok, verdict.message
 

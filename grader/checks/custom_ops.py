@@ -254,7 +254,7 @@ def _bounded(spec: OpSpec, part: str, loaded, module, shape: tuple[int, ...]) ->
     (no data-dependent shape, no tensor over the size limit), else why not: checked before it
     runs for real."""
     try:
-        graph_artifact.check_on(loaded, module, _inputs(spec, part, shape,
+        graph_artifact.fake_run_on(loaded, module, _inputs(spec, part, shape,
                                                         torch.Generator().manual_seed(0)))
     except graph_artifact.GraphRefused as exc:
         return f"the grader will not run it on an input of shape {list(shape)}: {exc}"
@@ -320,8 +320,9 @@ def _meta(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
-def check(spec: OpSpec, rebuilt: Rebuilt | None, shapes: list[tuple[int, ...]],
-          graph_operators: tuple | None, seed: int) -> CheckOutcome:
+def registration_verdict(spec: OpSpec, rebuilt: Rebuilt | None,
+                         shapes: list[tuple[int, ...]],
+                         graph_operators: tuple | None, seed: int) -> CheckOutcome:
     """The ``custom_op`` check: the learner's registration, rebuilt, against the problem's own
     kernel and formula on every shape of ``shapes``; and the model's graph calls the operator
     (``graph_operators``: the names in the learner's checked graph, None when there is none)."""
@@ -388,7 +389,7 @@ def check(spec: OpSpec, rebuilt: Rebuilt | None, shapes: list[tuple[int, ...]],
             want = spec.fake(x)
             try:
                 # Within the grader's bounds first (a fake traced on the CPU may allocate there).
-                graph_artifact.check_on(rebuilt.graphs[f"fake on {label}"], variant, (x,))
+                graph_artifact.fake_run_on(rebuilt.graphs[f"fake on {label}"], variant, (x,))
                 with torch.no_grad():
                     got = variant(x)
             except Exception as exc:

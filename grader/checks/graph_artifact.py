@@ -786,7 +786,7 @@ def subgraph_calls(target, args: tuple) -> list[tuple]:
     return []
 
 
-def check_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> int:
+def fake_run_on(loaded: LoadedGraph, model: ArtifactModule, inputs: tuple) -> int:
     """Run the graph on fake copies of what ``model`` would give it for ``inputs``:
     :class:`GraphRefused` when a node needs tensor values to know its output (a host sync, a
     data-dependent shape) or would make a tensor beyond :data:`MAX_ELEMENTS`. Returns the most

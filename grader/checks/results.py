@@ -68,6 +68,31 @@ class Need(str, enum.Enum):
         return self.value
 
 
+@dataclasses.dataclass(frozen=True)
+class EvidencePart:
+    """A kind of evidence declared beside the check that needs it, not in the judge: a check
+    lists it in ``needs`` as it lists a :class:`Need`, and the judge asks the subject for it
+    only where a wanted check does (:mod:`grader.isolation.evidence.declared`).
+
+    - ``name``: its name among the parts of a problem's checks; the judge keeps its answer in
+      ``case.evidence.declared[name]``;
+    - ``answer(model, problem)``: run in the subject, beside the learner's code, on the model the
+      learner's cells built; returns JSON data (an exception raised in the learner's code is
+      their error, any other the grader's);
+    - ``validate(data, problem)``: run in the judge on what the subject sent (anything: the
+      learner may have forged it); returns the data the check reads (JSON, so that it reaches a
+      child of the judge's zygote), or raises ``ValueError``: the answer is refused
+      (``Status.REJECTED``).
+    """
+
+    name: str
+    answer: Callable[[Any, Any], Any]
+    validate: Callable[[Any, Any], Any]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 # The needs for which the judge builds the problem's reference side with the instructor's
 # reference solution (it sizes the judge's budget for a learner's graph, and is timed).
 NEEDS_A_REFERENCE = (Need.GRAPH, Need.TIMINGS, Need.JOB_FIGURES)
@@ -104,8 +129,9 @@ class Check:
 
     - ``name``: its name in results and ``TEST_CELLS``; ``title``: what a learner reads
       (``training_title`` for a training problem, where it differs);
-    - ``needs``: the evidence it is decided on (:class:`Need`): the judge asks the subject for
-      it, and prepares it (the rebuilt graph), only where a wanted check needs it;
+    - ``needs``: the evidence it is decided on (:class:`Need`, or an :class:`EvidencePart`
+      declared beside it): the judge asks the subject for it, and prepares it (the rebuilt
+      graph), only where a wanted check needs it;
     - ``decide(case)``: its outcome (:class:`CheckOutcome`), or ``None`` where it does not apply
       to this problem (nothing reported);
     - ``requires``: checks that gate this one: each is decided first, added to a job that wants
@@ -128,7 +154,8 @@ class Check:
     training_title: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "needs", frozenset(Need(n) for n in self.needs))
+        object.__setattr__(self, "needs", frozenset(
+            n if isinstance(n, EvidencePart) else Need(n) for n in self.needs))
 
     def gated(self) -> "CheckOutcome":
         """The outcome of a check this one gates, when this one failed."""

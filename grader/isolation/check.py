@@ -19,8 +19,8 @@ test cell from the problem set's ``TEST_CELLS`` with
 :func:`grader.isolation.cell_scores.score_cell`; the notebook is not run, its test cells are given
 those verdicts (:mod:`grader.cohort.judged_autograde`).
 
-This module is the notebook's API only (``check``, ``evaluate``, ``run_test``,
-``skip_while_grading``); the judge's job is built in :mod:`grader.isolation.judging`, a test cell is
+This module is the notebook's API only (``check``, ``evaluate`` and its settings
+:class:`EvaluateSettings`, ``run_test``, ``skip_while_grading``); the judge's job is built in :mod:`grader.isolation.judging`, a test cell is
 scored in :mod:`grader.isolation.cell_scores` (both this and ``make grade`` use it), and the
 reference solution is found in :mod:`grader.isolation.reference_cells`.
 """
@@ -36,62 +36,68 @@ from grader.checks.results import PROCESS_FAILURES, CheckOutcome, Status
 # The notebook's one import: what a test cell or self-check names lives in these modules.
 from grader.isolation.cell_scores import (CheckFailed, Evaluation, credit,  # noqa: F401
                                           find_test_cell, score_cell)
-from grader.isolation.judging import job_for, run_job
+from grader.isolation.judging import JobSettings, job_for, run_job
 from grader.isolation.source import Cell, cells_defining
 from grader.problems import get_problem, public_names
 
 _RESULTS: dict[str, Evaluation] = {}
 
 
-def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, reference: str = "auto",
-             device: str | None = None, budget_s: float | None = None,
-             timeout_s: float | None = None, sandbox: str = "auto",
-             problem_module: str | None = None, course_root: str | None = None,
-             checks: Iterable[str] | None = None, cache: bool = True, isolation=None,
-             judge=None, screen: bool = True, hidden_jobs: bool = False) -> Evaluation:
+@dataclasses.dataclass(frozen=True)
+class EvaluateSettings(JobSettings):
+    """How :func:`evaluate` (and ``check``, ``run_test``) grades: the job's settings
+    (:class:`grader.isolation.judging.JobSettings`) and these, each with its default, declared
+    once. Each is also taken as a keyword (``evaluate(key, Model, reference="off")``)."""
+
+    # Which of the problem's checks run (names; default: all).
+    checks: tuple[str, ...] | None = None
+    # Results are cached in this process by the learner's source, so several test cells share
+    # one measurement; False: always measure.
+    cache: bool = True
+    # Judge a planning question's hidden jobs (ps3 q1) here too; by default they are judged
+    # only when grading, because their verdicts would tell a learner the break-even the
+    # question asks them to measure (grader.problems.JobPlan): the result says so instead.
+    hidden_jobs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.checks is not None:
+            object.__setattr__(self, "checks", tuple(self.checks))
+
+
+def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, judge=None,
+             settings: EvaluateSettings | None = None, **options) -> Evaluation:
     """Grade ``key`` from the source of ``objects`` (or from ``cells``): a judge process runs the
     learner's code in a sandboxed subject and decides every verdict itself
-    (:mod:`grader.isolation.judge`).
-
-    ``reference``: 'auto' (measure the reference solution when ``source/`` is at hand), 'off'
-    (self-check floors only). Results are cached in this process by the learner's source, so
-    several test cells share one measurement (``cache=False``: always measure). ``checks``
-    limits which of the problem's checks run (default: all). ``sandbox``: 'auto', 'bwrap'
-    (required) or 'off' (see :func:`grader.isolation.sandbox.probe`); ``isolation``: one already
-    probed. ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run
-    keeps one per worker; by default a new one is started). ``screen``: only the grader's own
-    tests turn the screen off, to attack what stands behind it. ``hidden_jobs``: judge a
-    planning question's hidden jobs (ps3 q1) here too; by default they are judged only when
-    grading, because their verdicts would tell a learner the break-even the question asks them
-    to measure (:class:`grader.problems.JobPlan`): the result says so instead.
+    (:mod:`grader.isolation.judge`), as ``settings`` and the :class:`EvaluateSettings` fields in
+    ``options`` say. ``judge``: a running
+    :class:`grader.isolation.judge_process.JudgeProcess` (a grading run keeps one per worker; by
+    default a new one is started).
     """
     from grader.isolation.screen import describe, screen_cells
 
-    problem = get_problem(key, problem_module)
+    s = EvaluateSettings.made(settings, **options)
+    problem = get_problem(key, s.problem_module)
     learner = list(cells) if cells is not None else cells_defining(*objects)
     refusals = screen_cells(learner, problem.allowed_config,
-                            public_names(problem, problem_module)) if screen else []
+                            public_names(problem, s.problem_module)) if s.screen else []
     if refusals:  # said here at once; the judge screens again before anything runs
         return Evaluation(problem, {"status": Status.REFUSED, "problem": key,
                                     "message": describe(refusals)})
-    wanted = list(checks) if checks is not None else list(problem.checks)
-    held_back = problem.plan is not None and not hidden_jobs and "job" in wanted
+    wanted = list(s.checks) if s.checks is not None else list(problem.checks)
+    held_back = problem.plan is not None and not s.hidden_jobs and "job" in wanted
     if held_back:
         wanted.remove("job")
-    job = job_for([key], learner, reference=reference, device=device, budget_s=budget_s,
-                  timeout_s=timeout_s, sandbox=sandbox, problem_module=problem_module,
-                  course_root=course_root,
-                  checks={key: wanted} if checks is not None or held_back else None,
-                  isolation=isolation, screen=screen)
+    job = job_for([key], learner, s,
+                  checks={key: wanted} if s.checks is not None or held_back else None)
     digest = hashlib.sha256(json.dumps(job.to_dict(), sort_keys=True).encode()).hexdigest()
-    if cache and digest in _RESULTS:
+    if s.cache and digest in _RESULTS:
         return _RESULTS[digest]
     result = run_job(job, judge)[key]
     if held_back and result.get("status") == Status.OK:
         result = dict(result, checks={**(result.get("checks") or {}),
                                       "job": HIDDEN_JOBS_HELD_BACK.to_dict()})
     evaluation = Evaluation(problem, result)
-    if cache and evaluation.status not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
+    if s.cache and evaluation.status not in PROCESS_FAILURES + (Status.GRADER_ERROR,):
         _RESULTS[digest] = evaluation  # crashes and timeouts are worth a retry
     return evaluation
 

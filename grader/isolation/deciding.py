@@ -91,7 +91,7 @@ def decide(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str
     needs it comes."""
     case = JudgedCase(problem, side, ev, device,
                 budget_s=float(job.budget_s or problem.budget_s))
-    graph_checked = False
+    graph_validated = False
     for check in problem.parts:
         if check.name not in wanted:
             continue
@@ -102,8 +102,8 @@ def decide(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str
             # or measured, past a requirement that failed.
             case.outcomes[check.name] = failed.gated()
             continue
-        if Need.GRAPH in check.needs and not graph_checked:
-            case.graph, graph_checked = checked_graph(case), True
+        if Need.GRAPH in check.needs and not graph_validated:
+            case.graph, graph_validated = graph_verdict(case), True
             lap("graph checks")
         outcome = check.decide(case)
         if outcome is not None:
@@ -113,7 +113,7 @@ def decide(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str
     return case.outcomes
 
 
-def checked_graph(case: JudgedCase) -> graph_evidence.GraphVerdict:
+def graph_verdict(case: JudgedCase) -> graph_evidence.GraphVerdict:
     """The judge's verdict on the learner's rebuilt graph
     (:func:`grader.isolation.evidence.graph.validate`), failed where it is one graph but not the
     problem set's lesson (``Problem.lessons``, declared by the set): no structural point

@@ -9,6 +9,7 @@ notebook's self-check (:mod:`grader.isolation.check`) and by ``make grade``
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from grader.checks.results import NEEDS_A_REFERENCE, ProblemResult, Status
 from grader.isolation.judge_job import BUILD_REFERENCES, GRADE, JudgeJob, JudgeReply
@@ -18,37 +19,74 @@ from grader.isolation.source import Cell
 from grader.problems import Problem, get_problem
 
 
-def job_for(keys: list[str], learner: list[Cell], *, reference: str = "auto",
-            device: str | None = None, budget_s: float | None = None,
-            timeout_s: float | None = None, sandbox: str = "auto",
-            problem_module: str | None = None, course_root: str | None = None,
-            checks: dict[str, list[str]] | None = None, isolation=None,
-            screen: bool = True, memory_bytes: int | None = None,
-            op: str = GRADE, measured_jobs: dict | None = None) -> JudgeJob:
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+    """How a judge's job is made: each option of :func:`job_for` (and of the notebook's
+    ``evaluate``, ``check`` and ``run_test``, :class:`grader.isolation.check.EvaluateSettings`),
+    with its default, declared once. Every function that takes ``settings`` also takes these
+    fields as keywords (``reference="off"``)."""
+
+    # 'auto': the reference solutions are measured where ``source/`` is at hand (an
+    # instructor's machine); 'off': the shipped self-check floors only.
+    reference: str = "auto"
+    # The device the learner's code runs and is timed on (default: the best one here,
+    # grader.checks.targets.default_device).
+    device: str | None = None
+    # The seconds the speed check may spend timing (default: the problem's ``budget_s``).
+    budget_s: float | None = None
+    # The subject's deadline (default: subject_deadline_s of the job's problems).
+    timeout_s: float | None = None
+    # 'auto', 'bwrap' (required) or 'off' (grader.isolation.sandbox.probe).
+    sandbox: str = "auto"
+    # The module of the problem set (default: grader.problems.<assignment>).
+    problem_module: str | None = None
+    # The course's root, whose ``source/`` holds the reference solutions.
+    course_root: str | None = None
+    # An isolation already probed (a grading run probes once), else probed per ``sandbox``.
+    isolation: Any = None
+    # Only the grader's own tests turn the screen off, to attack what stands behind it.
+    screen: bool = True
+    # The subject's address-space limit on CPU (``make grade --memory-gb``; default:
+    # grader.isolation.sandbox.DEFAULT_MEMORY_BYTES).
+    memory_bytes: int | None = None
+
+    @classmethod
+    def made(cls, settings: "JobSettings | None" = None, **options) -> "JobSettings":
+        """``settings`` (default: every default) with the fields named in ``options`` replaced;
+        an unknown name is a ``TypeError``."""
+        return dataclasses.replace(settings if settings is not None else cls(), **options)
+
+
+def job_for(keys: list[str], learner: list[Cell], settings: JobSettings | None = None, *,
+            checks: dict[str, list[str]] | None = None, op: str = GRADE,
+            measured_jobs: dict | None = None, **options) -> JudgeJob:
     """The judge's job for problems ``keys`` that share the learner's cells ``learner``
-    (:meth:`grader.isolation.judge.Judge.grade`): the reference solutions come from ``source/``
-    when it is at hand and ``reference`` is 'auto'. ``memory_bytes``: the subject's address-space
-    limit on CPU (``make grade --memory-gb``; default: the judge's). ``op``: ``"build
-    references"`` builds the reference side ahead of the first submission instead, with the
-    planning questions' ``measured_jobs`` when another judge measured them."""
+    (:meth:`grader.isolation.judge.Judge.grade`), made as ``settings`` and the
+    :class:`JobSettings` fields in ``options`` say: the reference solutions come from
+    ``source/`` when it is at hand and ``reference`` is 'auto'. ``checks``: the checks wanted of
+    each problem (default: all). ``op``: ``"build references"`` builds the reference side ahead
+    of the first submission instead, with the planning questions' ``measured_jobs`` when another
+    judge measured them."""
     from grader.checks.targets import default_device
 
-    problems = [get_problem(k, problem_module) for k in keys]
+    s = JobSettings.made(settings, **options)
+    problems = [get_problem(k, s.problem_module) for k in keys]
     refs = {}
     for problem in problems:
         wanted = (checks or {}).get(problem.key, problem.checks)
         # The reference times the speed check and sizes the judge's budget for a learner's graph.
-        if reference == "auto" and problem.needs(wanted) & set(NEEDS_A_REFERENCE):
-            cells = reference_cells(problem, course_root)
+        if s.reference == "auto" and problem.needs(wanted) & set(NEEDS_A_REFERENCE):
+            cells = reference_cells(problem, s.course_root)
             if cells:
                 refs[problem.key] = tuple(cells)
     return JudgeJob(
-        problems=tuple(keys), device=device or default_device(),
-        timeout_s=float(timeout_s or subject_deadline_s(problems)),
-        learner_cells=tuple(learner), reference_cells=refs, problem_module=problem_module,
-        budget_s=budget_s, sandbox=sandbox, isolation=isolation, screen=screen,
+        problems=tuple(keys), device=s.device or default_device(),
+        timeout_s=float(s.timeout_s or subject_deadline_s(problems)),
+        learner_cells=tuple(learner), reference_cells=refs, problem_module=s.problem_module,
+        budget_s=s.budget_s, sandbox=s.sandbox, isolation=s.isolation, screen=s.screen,
         checks={k: tuple(names) for k, names in (checks or {}).items()},
-        memory_bytes=int(memory_bytes) if memory_bytes is not None else DEFAULT_MEMORY_BYTES,
+        memory_bytes=int(s.memory_bytes) if s.memory_bytes is not None
+        else DEFAULT_MEMORY_BYTES,
         op=op, measured_jobs=dict(measured_jobs or {}))
 
 

@@ -173,7 +173,7 @@ class ReferenceSide:
             loaded = graph_artifact.load(header, blob, baseline=self.base_model, device=device)
         self.reference_module = loaded.module(self.base_model, device, training=problem.training)
         self.reference_nodes = len(loaded.operators)
-        self.reference_peak_bytes = graph_artifact.check_on(loaded, self.reference_module,
+        self.reference_peak_bytes = graph_artifact.fake_run_on(loaded, self.reference_module,
                                                             traced_inputs(problem, device, 0))
         if not timed:
             return

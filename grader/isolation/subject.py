@@ -27,6 +27,9 @@ Requests (``op``):
 - ``plan``: the learner's rule asked about each job size sent (``mode_for(calls, device)``):
   what it returned, for the judge to check (only strings travel as such; anything else is
   named by its type), or the error it raised;
+- ``evidence``: a kind of evidence a check of the problem declared beside it
+  (:class:`grader.checks.results.EvidencePart`, by its ``part`` name): its ``answer`` on the
+  learner's model, as JSON data for the judge to validate;
 - ``bye``: exit.
 
 Text that comes from the learner's code (an exception, Dynamo's message about their line) is cut
@@ -51,6 +54,7 @@ import torch
 
 from grader.checks import _torch_internals as ti
 from grader.checks import breaks, custom_ops, graph_artifact, recompiles
+from grader.checks.results import EvidencePart
 from grader.common.wire import Packer, ProtocolError, decode
 from grader.isolation import channel
 from grader.isolation.source import Cell, strip_magics
@@ -132,7 +136,8 @@ class Subject:
         op = request.get("op")
         handler = {"load": self.load, "call": self.call, "capture": self.capture,
                    "breaks": self.breaks, "recompiles": self.recompiles,
-                   "plan": self.plan, "custom_op": self.custom_op}.get(op)
+                   "plan": self.plan, "custom_op": self.custom_op,
+                   "evidence": self.evidence}.get(op)
         if handler is None:
             raise ProtocolError(f"unknown request {op!r}")
         return handler(request, blob)
@@ -238,6 +243,18 @@ class Subject:
         except Exception as exc:
             return {"error": f"your operator could not be traced: {learner_traceback(exc)}"}, b""
         return json.loads(json.dumps(reply)), packer.blob()
+
+    def evidence(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
+        """A kind of evidence declared beside a check of the problem
+        (:class:`grader.checks.results.EvidencePart`): its ``answer`` on the learner's model."""
+        problem, model = self._model(request)
+        part = next((n for n in problem.needs() if isinstance(n, EvidencePart)
+                     and n.name == request.get("part")), None)
+        if part is None:
+            raise ProtocolError(f"no evidence part {str(request.get('part'))[:60]!r}")
+        with ti.quiet_torch_logs():
+            data = part.answer(model, problem)
+        return {"data": json.loads(json.dumps(data))}, b""
 
     def breaks(self, request: dict, blob: bytes) -> tuple[dict, bytes]:
         problem, model = self._fresh_model(request)

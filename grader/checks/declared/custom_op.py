@@ -11,9 +11,9 @@ from grader.checks.results import Check, CheckOutcome, Need
 
 def decide(case) -> CheckOutcome:
     spec = case.problem.custom_op
-    outcome = custom_ops.check(spec, case.evidence.custom_op,
-                               spec.shapes(random.Random(correctness.fresh_seeds(1)[0])),
-                               case.graph_operators(), correctness.fresh_seeds(1)[0])
+    outcome = custom_ops.registration_verdict(
+        spec, case.evidence.custom_op, spec.shapes(random.Random(correctness.fresh_seeds(1)[0])),
+        case.graph_operators(), correctness.fresh_seeds(1)[0])
     graph = case.graph
     if not outcome.ok or graph is None or not graph.ok or not graph.by_class:
         return outcome

@@ -13,13 +13,18 @@
 - :mod:`~grader.isolation.evidence.compile_count` (``Need.COMPILE_COUNT``): the problem's calls as
   used, how often a fresh model compiled (``recompiles``);
 - :mod:`~grader.isolation.evidence.rule_answers` (``Need.RULE_ANSWERS``): a planning question's
-  rule on the sizes the question's check draws (``plan``).
+  rule on the sizes the question's check draws (``plan``);
+- :mod:`~grader.isolation.evidence.declared`: the kinds declared beside the checks that need
+  them (:class:`grader.checks.results.EvidencePart`: its subject side and its validation in one
+  object), each asked by its name (``declared``).
 
 :mod:`~grader.isolation.evidence.gather` asks for them in that order, only what the wanted
 checks need; :mod:`~grader.isolation.evidence.record` is the record they fill and its form on
 the way to a child of the judge's zygote.
 
-New evidence is a part here (its request, its validation), its
-:class:`grader.checks.results.Need`, its fields in the record, a line in ``gather`` and the
-subject's operation that answers it (:mod:`grader.isolation.subject`).
+New evidence is an :class:`~grader.checks.results.EvidencePart` in the module of the check that
+needs it, listed in that check's ``needs``: nothing here changes (docs/design.md, "Adding a kind
+of evidence"). A built-in part (its request, its validation, its
+:class:`grader.checks.results.Need`, its fields in the record, its line in ``gather`` and the
+subject's operation that answers it) is for evidence the judge must verify itself.
 """

@@ -8,7 +8,8 @@ import random
 from grader.checks import correctness, graph_artifact
 from grader.checks.declared.correctness import CHECK as CORRECTNESS
 from grader.checks.results import Need, Status
-from grader.isolation.evidence import compile_count, custom_op, graph, outputs, rule_answers
+from grader.isolation.evidence import (compile_count, custom_op, declared, graph, outputs,
+                                       rule_answers)
 from grader.isolation.source import Cell
 from grader.isolation.subject_session import SubjectGone, SubjectSession, learner_text
 from grader.problems import Problem
@@ -46,25 +47,35 @@ def gather(subject: SubjectSession, problems: dict, sides: dict, wanted: dict,
             rule_answers.ask(subject, problem, sides[key], device, ev,
                              Need.JOB_FIGURES in needs)
             lap("plan")
-            continue
-        # Every class of inputs the problem tests, shapes drawn for this job only.
-        ev.classes_seed = correctness.fresh_seeds(1)[0]
-        ev.classes = problem.input_classes(random.Random(ev.classes_seed))
-        if Need.OUTPUTS in needs:
-            ev.correctness = outputs.ask(subject, problem, sides[key], device, ev.classes)
-            lap(CORRECTNESS.name)
-        # The learner's graphs call the custom operator: its registration comes first.
-        if problem.custom_op is not None and needs & {Need.CUSTOM_OP, Need.GRAPH}:
-            custom_op.ask(subject, problem, ev)
-            lap("custom operator")
-        if Need.GRAPH in needs:
-            with graph_artifact.extra_operators(ev.operators):
-                graph.ask(subject, problem, sides[key], ev, device)
-            lap("capture")
-        # The graph's own check reads the calls as used (one graph on every call).
-        if needs & {Need.GRAPH, Need.COMPILE_COUNT}:
-            compile_count.ask(subject, problem, ev, device)
-            lap("calls as used")
+        else:
+            model_evidence(subject, problem, sides[key], needs, device, ev, lap)
+        # The kinds of evidence declared beside the checks that need them.
+        if ev.status == "ok" and declared.parts_of(needs):
+            declared.ask(subject, problem, needs, ev)
+            lap("declared evidence")
+
+
+def model_evidence(subject: SubjectSession, problem: Problem, side, needs, device: str, ev,
+                   lap) -> None:
+    """The built-in parts a model's checks need, in order."""
+    # Every class of inputs the problem tests, shapes drawn for this job only.
+    ev.classes_seed = correctness.fresh_seeds(1)[0]
+    ev.classes = problem.input_classes(random.Random(ev.classes_seed))
+    if Need.OUTPUTS in needs:
+        ev.correctness = outputs.ask(subject, problem, side, device, ev.classes)
+        lap(CORRECTNESS.name)
+    # The learner's graphs call the custom operator: its registration comes first.
+    if problem.custom_op is not None and needs & {Need.CUSTOM_OP, Need.GRAPH}:
+        custom_op.ask(subject, problem, ev)
+        lap("custom operator")
+    if Need.GRAPH in needs:
+        with graph_artifact.extra_operators(ev.operators):
+            graph.ask(subject, problem, side, ev, device)
+        lap("capture")
+    # The graph's own check reads the calls as used (one graph on every call).
+    if needs & {Need.GRAPH, Need.COMPILE_COUNT}:
+        compile_count.ask(subject, problem, ev, device)
+        lap("calls as used")
 
 
 def validated_choice(problem: Problem, choice) -> dict:

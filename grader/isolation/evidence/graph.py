@@ -96,7 +96,7 @@ def _refused(problem: Problem, side: ReferenceSide, ev, device: str) -> bool:
         loaded = graph_artifact.load(header, blob, baseline=side.base_model, device=device)
         if over_budget(side, len(loaded.operators), 0):
             return True   # not even its fake run: refused by its size alone
-        graph_artifact.check_on(loaded, loaded.module(side.base_model, device,
+        graph_artifact.fake_run_on(loaded, loaded.module(side.base_model, device,
                                                       training=problem.training),
                                 traced_inputs(problem, device, 0))
     except graph_artifact.GraphRefused:
@@ -122,7 +122,7 @@ def validate(problem: Problem, side: ReferenceSide, ev, device: str) -> GraphVer
         peak = 0
         if not over_budget(side, len(loaded.operators), peak):
             module = loaded.module(side.base_model, device, training=problem.training)
-            peak = graph_artifact.check_on(loaded, module, traced_inputs(problem, device, 0))
+            peak = graph_artifact.fake_run_on(loaded, module, traced_inputs(problem, device, 0))
     except graph_artifact.GraphRefused as exc:
         return GraphVerdict(False, "\n".join([f"compiles with fullgraph=True, but is not one "
                                             f"graph as the grader defines it: {exc}",
@@ -155,7 +155,7 @@ def validate(problem: Problem, side: ReferenceSide, ev, device: str) -> GraphVer
                 if not over_budget(side, len(other.operators), peak):
                     graph_here = other.module(side.base_model, device,
                                               training=problem.training)
-                    peak = graph_artifact.check_on(other, graph_here,
+                    peak = graph_artifact.fake_run_on(other, graph_here,
                                                    make(seeded_generator(0), device))
             except graph_artifact.GraphRefused as exc:
                 return GraphVerdict(False, f"compiles with fullgraph=True, but on {name} it is "

@@ -53,6 +53,9 @@ class Evidence:
     # rule_answers (Need.RULE_ANSWERS): a planning question's answers,
     # {"device", "examples", "answers", "hidden"}.
     plan: dict | None = None
+    # declared (grader.checks.results.EvidencePart): each declared part's answer, validated,
+    # by the part's name (JSON data).
+    declared: dict = dataclasses.field(default_factory=dict)
 
 
 def plain_fields() -> tuple[str, ...]:
