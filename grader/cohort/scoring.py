@@ -139,14 +139,14 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
     submission of a run is judged on the same figures, and they are measured once, not once per
     worker or Ray task."""
-    from grader.isolation import judging as jobs
+    from grader.isolation import judging
 
     keys = [k for k in problems_of(assignment)
             if get_problem(k).needs() & set(NEEDS_A_REFERENCE)]
     if not keys:
         return BuiltReferences()
-    job = jobs.build_references_job(keys, course, device=device, measured_jobs=measured_jobs)
-    reply = judge.grade(job, jobs.judge_timeout(job))
+    job = judging.build_references_job(keys, course, device=device, measured_jobs=measured_jobs)
+    reply = judge.grade(job, judging.judge_timeout(job))
     if reply.error or not reply.built:
         return BuiltReferences(error=(reply.error or "the judge built no reference")[:500])
     return BuiltReferences(dict(reply.built), dict(reply.measured_jobs))
@@ -175,10 +175,10 @@ def subject_deadlines(assignment: str, reference_s: float | None) -> dict[str, f
     """The subject's deadline (seconds) for each solution cell of ``assignment`` (one group of
     problems), from what building the set's references took (``reference_s``, None: not
     measured): :func:`grader.isolation.judging.subject_deadline_s`."""
-    from grader.isolation import judging as jobs
+    from grader.isolation import judging
 
     return {get_problem(keys[0]).solution_grade_id:
-            jobs.subject_deadline_s([get_problem(k) for k in keys], reference_s)
+            judging.subject_deadline_s([get_problem(k) for k in keys], reference_s)
             for keys in groups_of(assignment)}
 
 
@@ -216,7 +216,7 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
     out)."""
-    from grader.isolation import judging as jobs
+    from grader.isolation import judging
     from grader.isolation.screen import describe, screen_cells
     from grader.isolation.judge_process import JudgeProcess
 
@@ -238,10 +238,10 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                 results = {k: {"status": Status.REFUSED, "problem": k,
                                "message": describe(refusals)} for k in keys}
             else:
-                job = jobs.job_for(keys, cells, course_root=course, sandbox=sandbox,
+                job = judging.job_for(keys, cells, course_root=course, sandbox=sandbox,
                                     device=device, timeout_s=deadline_s, isolation=isolation,
                                     screen=screen, memory_bytes=memory_bytes)
-                results = jobs.run_job(job, judge)
+                results = judging.run_job(job, judge)
             for key in keys:
                 seconds[key] = round((time.monotonic() - started) / len(keys), 2)
                 evaluations[key] = Evaluation(get_problem(key), results[key])
