@@ -158,8 +158,10 @@ def test_the_bundle_and_the_working_tree_fit_in_64_mib(bundle):
 
 def test_make_gpu_check_offline_installs_nothing_and_uses_python3():
     """``make gpu-check OFFLINE=1``: no setup (no venv, no pip), the machine's python3."""
-    dry = subprocess.run(["make", "-n", "gpu-check", "OFFLINE=1", "PYTHON_SYS=python3"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    # --no-print-directory: under `make test` MAKEFLAGS makes a nested make name its folder.
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "OFFLINE=1",
+                          "PYTHON_SYS=python3"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
     assert dry.returncode == 0, dry.stderr
     lines = [line.strip() for line in dry.stdout.splitlines() if line.strip()]
     assert lines == ["python3 -m grader.cli gpu-check --out bench-results/gpu-check"], lines
