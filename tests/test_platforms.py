@@ -143,7 +143,11 @@ PLATFORMS = {
 }
 STOPPED = {"memory": "used more memory than a submission may",
            "disk_path": "wrote more to disk than a submission may",
-           "disk_deep": "nested more than 64 deep"}
+           "disk_deep": "nested more than 64 deep",
+           # The hog's 360 processes are its own to pay for: every measurement of what they
+           # hold keeps them stopped, so on a busy machine its honest part may run out of time
+           # (seen once in make test). Only its own score: the victim beside it is graded alone.
+           "hog": "your code did not finish in time"}
 
 
 def _reference_solution() -> str:
@@ -250,6 +254,8 @@ def test_what_learner_code_did_not_reach_leaves_its_score_alone(graded, platform
         assert reached == [], (student, reached)
         if student in STOPPED and STOPPED[student] in run["feedback"][student]:
             assert run["scores"][student] == 0, (student, run["scores"])
+            if student == "hog":   # it ran out of time holding its processes, not before
+                assert "PLATFORM hog: holds 360 processes" in tail, tail[-2000:]
         else:
             assert _honest(run, student), (student, run["scores"], tail[-2000:])
     assert set(run["scores"]) == set(PLATFORMS[platform][2]), run["scores"]
