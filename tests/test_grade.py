@@ -270,3 +270,27 @@ def test_two_writers_of_one_json_file_never_fail_or_leave_half_a_file(tmp_path):
         t.join()
     assert not errors, errors
     assert os.listdir(tmp_path) == ["cold.json"]       # no temporary file left behind
+
+
+def test_the_demo_run_says_its_check_passed_or_names_each_score_that_differs(capsys):
+    import types
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort.demo import expected_scores
+
+    expected = expected_scores()["ps2"]
+
+    def outcome(student, score):
+        sub = types.SimpleNamespace(student=student, assignment="ps2", name=f"{student}/ps2")
+        return types.SimpleNamespace(submission=sub, score=score, status="graded", reason="")
+
+    run = grade_module.Run(course="/nowhere", assignments=["ps2"])
+    run.demo = True
+    run.outcomes = [outcome(s, points) for s, points in sorted(expected.items())]
+    assert grade_module.exit_status(run) == 0
+    assert (f"demo check passed: all {len(expected)} demo scores are the ones written down"
+            in capsys.readouterr().out)
+    run.outcomes[0].score += 1
+    assert grade_module.exit_status(run) == 1
+    said = capsys.readouterr().out
+    assert "demo check passed" not in said and "demo: unexpected score:" in said
