@@ -80,6 +80,19 @@ def feedback_dir(course: str, student: str, assignment: str) -> str:
     return os.path.join(course, FEEDBACK, student, assignment)
 
 
+def read_json_dict(path: str) -> dict:
+    """The JSON object in ``path``, or ``{}`` when it is missing, unreadable or not an object
+    (the grader's bookkeeping files: a lost one only costs the work it saved)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def write_json_atomic(path: str, data) -> None:
     """Write ``data`` as JSON to ``path`` whole or not at all (a reader, or a run killed while it
     writes, never sees half a file)."""

@@ -85,11 +85,7 @@ def generate_once(assignment: str, course: str) -> bool:
     gradebook before (a file of digests beside it, checked against the gradebook itself).
     Returns whether it ran (each run costs nbgrader's start, ~2 s)."""
     marker = os.path.join(course, GENERATED)
-    try:
-        with open(marker) as fh:
-            done = json.load(fh)
-    except (OSError, ValueError):
-        done = {}
+    done = files.read_json_dict(marker)
     digest = source_digest(assignment, course)
     release_folder = os.path.join(course, files.RELEASE, assignment)
     if done.get(assignment) == digest and os.path.isdir(release_folder) \

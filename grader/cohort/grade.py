@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -300,18 +299,10 @@ class JudgeCache:
         os.makedirs(os.path.join(parent, key), exist_ok=True)
         return cls(os.path.join(parent, key))
 
-    def _cold(self) -> dict:
-        try:
-            with open(self.cold_file) as fh:
-                cold = json.load(fh)
-            return cold if isinstance(cold, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
     def cold_reference_s(self, assignment: str, built) -> float | None:
         """What building ``assignment``'s references cost cold on this machine: this build's
         figure when it was the first (recorded), else the first one's."""
-        cold = self._cold()
+        cold = files.read_json_dict(self.cold_file)
         if isinstance(cold.get(assignment), (int, float)):
             return float(cold[assignment])
         if built.reference_s is not None and not built.error:

@@ -133,11 +133,7 @@ def _cached_figure(report_dir: str, assignment: str, d: dict) -> bytes:
     key = hashlib.sha256(json.dumps([assignment, plotted], default=str).encode()).hexdigest()
     path = os.path.join(report_dir, f"{assignment}.png")
     drawn = os.path.join(report_dir, FIGURE_KEYS)
-    try:
-        with open(drawn) as fh:
-            keys = json.load(fh)
-    except (OSError, ValueError):
-        keys = {}
+    keys = files.read_json_dict(drawn)
     if keys.get(assignment) == key and os.path.exists(path):
         with open(path, "rb") as png:
             return png.read()
@@ -145,8 +141,7 @@ def _cached_figure(report_dir: str, assignment: str, d: dict) -> bytes:
     with open(path, "wb") as fh:
         fh.write(png)
     keys[assignment] = key
-    with open(drawn, "w") as fh:
-        json.dump(keys, fh)
+    files.write_json_atomic(drawn, keys)
     return png
 
 
