@@ -73,15 +73,18 @@ for i in range(5):
 print("REACHED 320 MiB past PATH_MAX", flush=True)
 time.sleep(5)
 ''',
-    # 1,200 levels of folders: counted as over the limit, and removed afterwards.
+    # 1,200 levels of folders holding more than the limit at the bottom: counted, stopped, and
+    # removed afterwards.
     "deep": r'''
 import os, time
 fd = os.open(os.environ["HOME"], os.O_RDONLY)
 for i in range(1200):
     os.mkdir("d", dir_fd=fd)
     n = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = n
-os.mkdir("closed", 0o300, dir_fd=fd)
-print("REACHED 1,200 levels", flush=True)
+for i in range(5):
+    f = os.open(f"f{i}", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+    os.write(f, b"x" * (64 * 2**20)); os.close(f)
+print("REACHED 320 MiB 1,200 levels down", flush=True)
 time.sleep(5)
 ''',
     "unlinked": r'''

@@ -13,7 +13,7 @@ for it, or refuses to grade real submissions and says why.
 
 In each, attacker code runs *unscreened* in the judge's subject (COURSE_UNSCREENED_FOR_TESTS) in
 front of the reference solution of ps2: memory no address space sees (memfd, 5 GiB against a
-limit of 4), disk (a folder chain past PATH_MAX holding 2.5 GiB, or 1,200 levels of folders),
+limit of 4), disk (2.5 GiB in a folder chain past PATH_MAX, or 1,200 levels down),
 /proc and calls aimed at the judge's processes (signals, kill(-1), limits, priorities), 360
 processes held beside a submission graded at the same time, and a line of Python that starts with
 ``!=`` inside brackets (not an IPython escape). The limits it meets are said in its feedback;
@@ -83,7 +83,10 @@ fd = os.open(os.environ["HOME"], os.O_RDONLY)
 for i in range(1200):
     os.mkdir("d", dir_fd=fd)
     n = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = n
-print("PLATFORM deep: REACHED 1,200 levels", flush=True)
+for i in range(40):
+    f = os.open(f"f{i}", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+    os.write(f, b"x" * (64 * 2**20)); os.close(f)
+print("PLATFORM deep: REACHED 2.5 GiB 1,200 levels down", flush=True)
 time.sleep(30)
 """,
     "snoop": """
@@ -143,7 +146,7 @@ PLATFORMS = {
 }
 STOPPED = {"memory": "used more memory than a submission may",
            "disk_path": "wrote more to disk than a submission may",
-           "disk_deep": "nested more than 64 deep",
+           "disk_deep": "wrote more to disk than a submission may",
            # The hog's 360 processes are its own to pay for: every measurement of what they
            # hold keeps them stopped, so on a busy machine its honest part may run out of time
            # (seen once in make test). Only its own score: the victim beside it is graded alone.
@@ -222,11 +225,14 @@ def _out(run) -> str:
 
 
 def _honest(run, student) -> bool:
-    """The reference's 10 points, or 7 with its speed held for a person (a verdict undecided on
-    this machine's noise, which the run says)."""
+    """The reference's 10 points, or 7 with its speed held for a person (a verdict this loaded
+    machine's noise left undecided: the run lists it, ``HELD: student/ps2: ps2-q1-speed``, and
+    its feedback says so)."""
     score = run["scores"].get(student)
-    return score == 10 or (score == 7 and f"demo: {student}" not in _out(run)
-                           and "held for review" in _out(run) + json.dumps(run["results"]))
+    held = [line for line in _out(run).splitlines()
+            if line.strip().startswith(f"HELD: {student}/") and "ps2-q1-speed" in line]
+    return score == 10 or (score == 7 and held != []
+                           and "too noisy to decide this verdict" in run["feedback"][student])
 
 
 @needs_root

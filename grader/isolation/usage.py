@@ -3,7 +3,8 @@
 its folder is removed afterwards, whatever learner code made there.
 
 Every measurement is made by file descriptor, never by path: a folder chain longer than PATH_MAX
-(4,096 bytes) or deeper than Python's recursion is measured like any other (:func:`folder_usage`),
+(4,096 bytes), deeper than Python's recursion or than the open-file limit is measured like any
+other (:func:`folder_usage`),
 and so is what no folder shows: files deleted while a process still holds them open or mapped,
 memfd and ``O_TMPFILE`` files (:func:`held_usage`). Each measurement is made with the subject's
 processes stopped (:func:`stopped`): a file moved from a folder not yet read to one already read
@@ -21,7 +22,6 @@ import time
 POLL_S = 0.1          # how often the launcher measures (the disk between two measurements)
 MAPS_EVERY = 5        # mapped files are read every MAPS_EVERY-th measurement (their text is long)
 MAX_ENTRIES = 100_000  # files and folders a subject's folder may hold
-MAX_DEPTH = 64        # folders nested in it
 
 
 @dataclasses.dataclass
@@ -36,38 +36,62 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def folder_usage(folder: str, limit: int, *, seen: dict | None = None,
-                 max_entries: int = MAX_ENTRIES, max_depth: int = MAX_DEPTH) -> Over | int:
+                 max_entries: int = MAX_ENTRIES) -> Over | int:
     """The bytes the files below ``folder`` take on disk (each inode once), walked by file
-    descriptor; an :class:`Over` as soon as they pass ``limit``, or the folder holds more than
-    ``max_entries`` entries or folders nested deeper than ``max_depth``, or a folder the
-    measuring process cannot read (``seen``: inode -> bytes, updated with every file met, so that
-    a file later deleted while still held is known by its size)."""
+    descriptor with one folder open at a time (the way back up is ``..``, checked to lead to the
+    folder the walk came from), so a chain of any depth is measured like any other; an
+    :class:`Over` as soon as they pass ``limit``, or the folder holds more than ``max_entries``
+    entries, or a folder the measuring process cannot read (``seen``: inode -> bytes, updated
+    with every file met, so that a file later deleted while still held is known by its size).
+    A walk whose way back up no longer leads where it came from (a folder moved while it was
+    read: the subject is stopped while it is measured, so only in the instant it takes to stop)
+    is made again, at most :data:`WALK_TRIES` times."""
     seen = {} if seen is None else seen
+    for _ in range(WALK_TRIES):
+        used = _walk(folder, limit, seen, max_entries)
+        if used is not None:
+            return used
+    return Over("disk", "its folder kept changing while the grader measured it")
+
+
+WALK_TRIES = 3
+
+
+def _walk(folder: str, limit: int, seen: dict, max_entries: int) -> Over | int | None:
+    """One walk of :func:`folder_usage`; None where the way back up led elsewhere."""
     counted: set[tuple[int, int]] = set()
     used = entries = 0
     try:
-        root = os.open(folder, _DIR_FLAGS)
+        cur = os.open(folder, _DIR_FLAGS)
     except OSError:
         return 0
-    stack = [(root, os.scandir(root))]
     try:
-        while stack:
-            fd, listing = stack[-1]
-            try:
-                entry = next(listing, None)
-            except OSError:
-                entry = None
-            if entry is None:
-                listing.close()
-                os.close(fd)
-                stack.pop()
+        # One frame per folder on the way down from ``folder``: its (device, inode) and the
+        # names in it not yet measured. Only ``cur`` (the last frame's folder) is open.
+        top = os.fstat(cur)
+        frames = [((top.st_dev, top.st_ino), _names(cur, max_entries + 1))]
+        while frames:
+            names = frames[-1][1]
+            if not names:
+                frames.pop()
+                if not frames:
+                    break
+                up = os.open("..", _DIR_FLAGS, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                here = os.fstat(cur)
+                if (here.st_dev, here.st_ino) != frames[-1][0]:
+                    return None
                 continue
+            name = names.pop()
             entries += 1
             if entries > max_entries:
                 return Over("disk", f"more than {max_entries:,} files and folders in its folder")
             try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
+                st = os.stat(name, dir_fd=cur, follow_symlinks=False)
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM):     # a folder read but not searched
+                    return Over("disk", "a folder in its folder that the grader may not read")
                 continue            # removed meanwhile
             key = (st.st_dev, st.st_ino)
             if key not in counted:
@@ -78,22 +102,34 @@ def folder_usage(folder: str, limit: int, *, seen: dict | None = None,
             if used > limit:
                 return Over("disk", "")
             if stat.S_ISDIR(st.st_mode):
-                if len(stack) >= max_depth:
-                    return Over("disk", f"folders nested more than {max_depth} deep")
                 try:
-                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                    stack.append((sub, os.scandir(sub)))
+                    sub = os.open(name, _DIR_FLAGS, dir_fd=cur)
                 except FileNotFoundError:
                     continue
                 except OSError as exc:
                     if exc.errno in (errno.EACCES, errno.EPERM):
                         return Over("disk", "a folder in its folder that the grader may not read")
                     continue
+                os.close(cur)
+                cur = sub
+                frames.append((key, _names(cur, max_entries + 1 - entries)))
         return used
     finally:
-        for fd, listing in stack:
-            listing.close()
-            os.close(fd)
+        os.close(cur)
+
+
+def _names(fd: int, most: int) -> list[str]:
+    """At most ``most`` names in the open folder ``fd`` (none where it cannot be listed)."""
+    names = []
+    try:
+        with os.scandir(fd) as listing:
+            for entry in listing:
+                names.append(entry.name)
+                if len(names) >= most:
+                    break
+    except OSError:
+        pass
+    return names
 
 
 def held_usage(pids, *, owner: int, devices: set[int], seen: dict,
