@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -252,3 +253,63 @@ def test_a_walk_whose_way_up_leads_elsewhere_is_made_again(tmp_path, monkeypatch
          *tuple(real_fstat(fd))[2:10])))
     over = usage.folder_usage(top, 2 ** 30)
     assert isinstance(over, usage.Over) and "kept changing" in over.why
+
+
+def test_a_measurement_stops_the_processes_forked_while_it_stops_their_parents(monkeypatch):
+    """A tree that forks all the time (a child every millisecond, each forking on): when a
+    measurement holds it still, every process below is stopped, the ones forked between a
+    listing and their parent's stop included; leaving continues them all. (The wait for them
+    to stop is lengthened: what is tested is what "still" means, not how soon this loaded
+    machine gets there.)"""
+    from grader.isolation import usage
+
+    monkeypatch.setattr(usage, "STOP_WAIT_S", 1.0)
+    forker = subprocess.Popen([sys.executable, "-c", (
+        "import os, time\n"
+        "for _ in range(200):\n"
+        "    if os.fork() == 0:\n"
+        "        time.sleep(0.001)\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        time.sleep(30); os._exit(0)\n"
+        "    time.sleep(0.001)\n"
+        "time.sleep(30)\n")])
+    me = os.getpid()
+
+    def below(root):
+        return {pid for pid in usage.children_tree(root) or set()
+                if _descends_from(pid, forker.pid)}
+
+    try:
+        time.sleep(0.05)
+        held = 0
+        for _ in range(20):
+            with usage.stopped(me, below) as frozen:
+                if frozen.still:
+                    held += 1
+                    now = below(me)
+                    assert now <= frozen.pids, now - frozen.pids
+                    assert all(usage._all_stopped(pid) for pid in now)
+            time.sleep(0.005)
+        assert held >= 10, held
+        assert not all(usage._all_stopped(pid) for pid in below(me))   # continued
+    finally:
+        for pid in below(me):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        forker.wait()
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                line = fh.read()
+        except OSError:
+            return False
+        pid = int(line[line.rfind(")") + 2:].split()[1])
+    return False

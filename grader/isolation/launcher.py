@@ -194,13 +194,14 @@ class Watch:
 
     def measure(self, me: int) -> usage.Over | None:
         self.rounds += 1
-        if self.tasks and usage.task_count(_below(me)) > self.tasks:
+        below = _below(me)      # listed once per round: the stop below starts from it
+        if self.tasks and usage.task_count(below) > self.tasks:
             return usage.Over("processes", f"more than {self.tasks} processes and threads")
         if not self.disk:
             return None
         started = time.monotonic()
         try:
-            with usage.stopped(me, _below) as frozen:
+            with usage.stopped(me, _below, found=below) as frozen:
                 return self._disk(frozen.pids)
         finally:
             self.stopped_s += time.monotonic() - started

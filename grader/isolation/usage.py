@@ -232,29 +232,34 @@ STOP_WAIT_S = 0.002
 class stopped:
     """Stop every process below ``root`` (SIGSTOP, again for any started meanwhile, until none
     is left running or :data:`STOP_WAIT_S` passed), and continue them on leaving (SIGCONT).
+    ``found``: the processes below ``root`` as the caller just listed them (the first look).
     ``pids`` is every process below ``root`` then; ``still`` whether all of them stopped (a
     thread inside an uninterruptible system call counts as stopped: it stops when the call
     returns, before it runs any more of its own code)."""
 
-    def __init__(self, root: int, below):
+    def __init__(self, root: int, below, found: set[int] | None = None):
         self.root, self.list_below = root, below
         self.pids: set[int] = set()
         self.still = False
+        self.first = found      # the processes below ``root`` just listed, if the caller has them
 
     def __enter__(self) -> "stopped":
         import signal
 
         deadline = time.monotonic() + STOP_WAIT_S
         while True:
-            found = self.list_below(self.root)
-            for pid in found - self.pids:
+            found, self.first = (self.first if self.first is not None
+                                 else self.list_below(self.root)), None
+            new = found - self.pids
+            for pid in new:
                 try:
                     os.kill(pid, signal.SIGSTOP)
                 except (ProcessLookupError, PermissionError):
                     pass
             self.pids |= found
-            running = [pid for pid in self.pids if not _all_stopped(pid)]
-            if not running and found <= self.pids:
+            # Still only when a listing made after every process was told to stop finds none
+            # new: one forked between a listing and its parent's stop is found by the next.
+            if not new and not any(not _all_stopped(pid) for pid in self.pids):
                 self.still = True
                 return self
             if time.monotonic() > deadline:
