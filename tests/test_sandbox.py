@@ -417,3 +417,55 @@ def test_as_an_ordinary_user_kernel_confinement_alone_keeps_learner_code_out(fol
     assert {name for name, got in unconfined.items() if got == "REACHED"} >= {
         "read source/", "write the gradebook", "chmod the gradebook", "kill the judge",
         "read the judge's environ", "read the judge's maps", "open a socket"}, unconfined
+
+
+# One grader process's sandbox, as a Ray worker or a second `make grade` starts one: prints its
+# user id, runs ``code`` in bubblewrap (below its launcher) to its end, then ends it as grading
+# does, which kills every process of that user id.
+_GRADER_PROCESS = r'''
+import json, subprocess, sys
+from grader.isolation import sandbox
+code, processes = sys.argv[1], int(sys.argv[2])
+running = sandbox.start([sandbox.python_executable(), "-c", code],
+                        isolation=sandbox.probe("bwrap"),
+                        limits=sandbox.Limits(timeout_s=60, processes=processes),
+                        env=sandbox.environment({"PYTHONPATH": ""}), reply=False)
+print(json.dumps({"uid": running.uid}), flush=True)
+running.proc.wait(timeout=60)
+print(running.finish(grace_s=0).output.decode(errors="replace"), flush=True)
+'''
+
+_FORK_30 = ("import os, time\n"
+            "def hold(seconds):\n"
+            "    for _ in range(30):\n"
+            "        if os.fork() == 0:\n"
+            "            time.sleep(seconds); os._exit(0)\n")
+_HOLDS = _FORK_30 + "hold(8); print('held 30', flush=True); time.sleep(8); print('still here after 8 s')\n"
+_QUICK = _FORK_30 + ("try:\n"
+                     "    hold(1); print('forked 30')\n"
+                     "except OSError as e: print('refused', e)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="user ids of their own are root's to give")
+def test_sandboxes_of_two_grader_processes_neither_kill_nor_count_each_other():
+    """Two grader processes at once (Ray workers on one node, two courses graded on one
+    machine): each sandbox gets a user id no other running sandbox has (each process its own
+    block of them), the one that ends first leaves the other's processes alone, and each holds
+    its own process count (30 + 30 under a limit of 40 each)."""
+    import json
+
+    def start(code):
+        return subprocess.Popen([sandbox.python_executable(), "-c", _GRADER_PROCESS, code, "40"],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+    holder = start(_HOLDS)
+    first = json.loads(holder.stdout.readline())
+    import time
+    time.sleep(2)       # the holder's 30 are running
+    quick = start(_QUICK)
+    second = json.loads(quick.stdout.readline())
+    quick_out = quick.communicate(timeout=120)[0]
+    holder_out = holder.communicate(timeout=120)[0]
+    assert first["uid"] != second["uid"], (first, second)
+    assert "forked 30" in quick_out, quick_out           # not counted with the holder's
+    assert "still here after 8 s" in holder_out, holder_out   # not killed by the other's end

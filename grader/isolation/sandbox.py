@@ -56,11 +56,17 @@ GIB = 1024 ** 3
 # grader.cohort.settings.GradeSettings.memory_gb, reads it from here).
 DEFAULT_MEMORY_BYTES = 6 * GIB
 # Unprivileged user ids for sandboxes started by root: far above real users and the ranges
-# systemd and container runtimes hand out. One per concurrent sandbox.
+# systemd and container runtimes hand out. One per running sandbox on the machine (its pid
+# namespace): each grader process (a Ray worker, a second `make grade`, a test worker) has ids
+# of its own, since one sandbox's end kills every process of its id and they share one count.
 UID_BASE = int(os.environ.get(environment.SANDBOX_UID_BASE, "1990000000"))
-# Without bubblewrap, the launcher's own pid is added to this: unique while it lives, on the whole
-# machine (a pid is at most 2**22), and clear of the ids bubblewrap's sandboxes take above.
-KERNEL_UID_BASE = UID_BASE + 2 ** 22
+PID_LIMIT = 2 ** 22      # the most a pid can be (PID_MAX_LIMIT)
+# Without bubblewrap, the launcher's own pid is added to this: unique while it lives.
+KERNEL_UID_BASE = UID_BASE
+# With bubblewrap, the starting process's pid picks a block of UIDS_PER_PROCESS ids above the
+# launchers' ones, shared out among its sandboxes (:func:`take_uid`); the last is below 2**31.
+BWRAP_UID_BASE = UID_BASE + PID_LIMIT
+UIDS_PER_PROCESS = 32
 # Variables a sandboxed process may inherit (names, or prefixes ending in "_"): locale, CUDA
 # and the library path a GPU driver may need. Everything else is dropped.
 ENV_PASSTHROUGH = ("LANG", "LC_", "TZ", "LD_LIBRARY_PATH", "CUDA_", "NVIDIA_", "CC", "CXX")
@@ -165,13 +171,17 @@ _uids_in_use: set[int] = set()
 
 
 def take_uid() -> int:
-    """An unprivileged user id no other running sandbox of this process uses."""
+    """An unprivileged user id no other running sandbox on this machine uses: one of the
+    :data:`UIDS_PER_PROCESS` of this process's block (its pid is unique while it runs). Raises
+    ``OSError`` when all of them are taken (that many sandboxes at once from one process)."""
     with _uid_lock:
-        uid = UID_BASE
-        while uid in _uids_in_use:
-            uid += 1
-        _uids_in_use.add(uid)
-        return uid
+        first = BWRAP_UID_BASE + (os.getpid() % PID_LIMIT) * UIDS_PER_PROCESS
+        for uid in range(first, first + UIDS_PER_PROCESS):
+            if uid not in _uids_in_use:
+                _uids_in_use.add(uid)
+                return uid
+    raise OSError(f"{UIDS_PER_PROCESS} sandboxes are already running from this process: no user "
+                  f"id of its own is left for another")
 
 
 def give_back_uid(uid: int | None) -> None:
