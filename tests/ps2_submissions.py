@@ -57,3 +57,24 @@ def _scores(course: str) -> dict[str, float]:
 
     with Gradebook("sqlite:///" + os.path.join(course, "gradebook.db")) as gb:
         return {s.student_id: float(s.score) for s in gb.assignment_submissions(PS)}
+
+
+def _scores_once_decided(course: str) -> dict[str, float]:
+    """The gradebook's scores, with each cell held for a person because this loaded machine's
+    noise left its verdict undecided (never a verdict made wrongly, and never a grader error)
+    counted at its full points, as a person deciding it for code that earns them would: what a
+    test compares with the written-down score of code that earns them. An attack gains nothing
+    from it: one held this way reads above its written-down 0, and fails the comparison."""
+    from grader import _files as files
+    from grader.cohort.scoring import JudgedScores
+    from grader.isolation.cell_scores import REVIEW_NOTE
+
+    undecided = REVIEW_NOTE.split(":")[0]      # "the machine was too noisy to decide ..."
+    scores = _scores(course)
+    for student in scores:
+        judged = JudgedScores.load(os.path.join(files.autograded_dir(course, student, PS),
+                                                files.RESULTS_FILE))
+        for cell in (judged.cell_scores().values() if judged else ()):
+            if cell.review and undecided in cell.text:
+                scores[student] += cell.max_points - cell.points
+    return scores

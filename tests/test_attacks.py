@@ -26,7 +26,7 @@ from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
 import test_attacks_escape as escape
 from ps2_submissions import (FORGED, HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook, _scores,
-                             _write)
+                             _scores_once_decided, _write)
 from test_attacks_unscreened import ATTACK, SPIN_TAG
 
 SECRET = "instructor-secret-7f3a91"
@@ -159,8 +159,8 @@ def attacked():
 
 
 def test_no_attack_scores_above_the_same_code_graded_honestly(attacked):
-    scores = _scores(attacked.course)
-    assert scores == pytest.approx(EXPECTED), scores
+    scores = _scores_once_decided(attacked.course)
+    assert scores == pytest.approx(EXPECTED), (scores, _scores(attacked.course))
     by_student = {o.submission.student: o for o in attacked.outcomes}
     assert all(o.status == "graded" for o in by_student.values()), \
         {s: o.reason for s, o in by_student.items() if o.status != "graded"}
@@ -217,7 +217,7 @@ def test_a_graph_made_to_hold_the_judge_scores_0_in_seconds(attacked):
 
 def test_honest_submissions_keep_their_demo_scores(attacked):
     expected = demo.expected_scores()[PS]
-    assert _scores(attacked.course)["ada_full"] == expected["ada_full"]
+    assert _scores_once_decided(attacked.course)["ada_full"] == expected["ada_full"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from conftest import COHORT_SUBJECT_TIMEOUT_S
 from grader.cohort import demo
 from grader.cohort.attempt import UNSCREENED_FOR_TESTS_ENV
 from grader.cohort.grade import grade
-from ps2_submissions import HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook, _scores, _write
+from ps2_submissions import (HONEST_POINTS, PASS_CLASS, PS, ROOT, _notebook,
+                             _scores_once_decided, _write)
 
 TAG = f"escapee-{random.randint(10 ** 6, 10 ** 7)}"
 VICTIM = f"victim-{random.randint(10 ** 5, 10 ** 6)}"   # a process name (at most 15 characters)
@@ -194,6 +195,6 @@ def test_a_graph_made_to_hold_the_judge_scores_0_in_seconds(escaped):
 
 
 def test_the_submission_beside_it_keeps_its_exact_score(escaped):
-    assert _scores(escaped.course) == pytest.approx(EXPECTED)
+    assert _scores_once_decided(escaped.course) == pytest.approx(EXPECTED)
     assert {o.status for o in escaped.outcomes} == {"graded"}, \
         {o.submission.student: o.reason for o in escaped.outcomes}
