@@ -13,7 +13,7 @@ Each problem kind is graded here once with a full and once with a failing person
 command line `make grade` runs (inference and the job choice of ps1 and ps3, the training step of
 ps5 as root; recompiles and the decode loop of ps4 and ps6 as an ordinary user, and fusion, ps2,
 in tests/test_platforms.py's ordinary-user platforms), to
-the scores of grader/cohort/demo_expected.json; and the Gradescope run_autograder both ways, with
+the scores of grader/problems/psN/demo_expected.json; and the Gradescope run_autograder both ways, with
 the Python of a venv holding only what the zip's setup.sh installs (grader/tools/clean_venv.py).
 """
 from __future__ import annotations

@@ -216,7 +216,7 @@ def test_run_autograder_grades_a_submission_into_gradescope_results(graded_perso
 @pytest.mark.parametrize("student", PERSONA_RUNS)
 def test_run_autograder_scores_the_demo_students_as_make_grade_does(graded_personas, student):
     """A partial, a wrong and a crashing submission, in setup.sh's environment: the demo's
-    written-down scores (grader/cohort/demo_expected.json), each test with its reason."""
+    written-down scores (grader/problems/psN/demo_expected.json), each test with its reason."""
     results, stdout = graded_personas[student]
     assert validate_results(results) == []
     assert results["extra_data"]["finished"] is True, results["output"]
@@ -504,7 +504,7 @@ def test_the_zips_readme_says_which_settings_to_raise_from_the_measurements(auto
         readme = zf.read("README.md").decode()
     assert "768 MB of memory, a 10-minute time limit" in readme and "half a virtual CPU" in readme
     row = measured(ASSIGNMENT)
-    assert row, "grader/cohort/gradescope_measured.json has no figures for ps2"
+    assert row, "grader/problems/ps2/gradescope_measured.json has no figures"
     rec = recommended_settings(row, ASSIGNMENT)
     assert rec["memory_gb"] * 1024 >= 1.5 * row["peak_rss_mb"]          # headroom over the peak
     assert rec["timeout_min"] * 60 >= rec["hang_s"] + row["wall_s"]      # even a hanging submission
