@@ -57,6 +57,9 @@ SET_FLOORS = "floors.json"                       # self-check's speed floors: ma
 SET_GRADESCOPE_MEASURED = "gradescope_measured.json"  # `bench-gradescope --save`
 # Its other folder, source/psN/, beside the nbgrader notebook (never released: nbgrader_config.py).
 DEMO_SOLUTIONS_FILE = "demo_cohort.py"           # the demo personas' near-answers
+# The folders a new set is copied from (grader/problems/_template/, source/_template/); the name
+# stands for the set's own in every file of them (`python -m grader.cli new-set`).
+SET_TEMPLATE = "_template"
 
 # Gradescope's autograder (grader/cohort/gradescope.py).
 GRADESCOPE_CONFIG = "gradescope.json"           # in the zip's course/: the assignment, its deadline

@@ -120,22 +120,3 @@ def gradescope_measured(assignment: str) -> dict:
 def save_gradescope_measured(assignment: str, row: dict) -> str:
     """Write ``row`` as ``assignment``'s Gradescope figures; returns the file."""
     return _write(assignment, files.SET_GRADESCOPE_MEASURED, row, indent=1)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.problems.sets --ship-floors FILE``: write the floors of a
-    ``make gpu-check`` run (its ``floors.json``, one mapping for every set) into the sets'
-    folders."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m grader.problems.sets", description=main.__doc__)
-    parser.add_argument("--ship-floors", metavar="FILE", required=True,
-                        help="a floors.json that make gpu-check wrote")
-    args = parser.parse_args(argv)
-    for path in write_floors(files.read_json_dict(args.ship_floors)):
-        print(f"written: {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ Whatever happens, it writes what it has to ``--out`` (at most 8 files; these 4):
 - ``gpu-check.json``: the same as data;
 - ``floors.json``: every set's shipped floors (``grader/problems/psN/floors.json``) in one
   mapping, with this device class's set from the reference speedups measured here (to ship
-  them: ``python -m grader.problems.sets --ship-floors floors.json``);
+  them: ``python -m grader.cli ship-floors floors.json``);
 - ``gpu-check.log``: every part's output, each cut to its last :data:`LOG_BYTES_PER_PART`.
 
 Why one module: the parent and its parts are the same program (a part is this module run again
@@ -64,7 +64,8 @@ from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
-OUT_FILES = ("gpu-check.md", "gpu-check.json", "floors.json", "gpu-check.log")
+# Its floors.json: every set's floors in one mapping (`grader.cli ship-floors` splits it by set).
+OUT_FILES = ("gpu-check.md", "gpu-check.json", files.SET_FLOORS, "gpu-check.log")
 LOG_BYTES_PER_PART = 512 * 1024
 DEFAULT_DEADLINE_S = 450.0
 BUNDLE_DIR = "gpu-bundle"
@@ -627,8 +628,8 @@ def report(data: dict) -> str:
                                                                 else "fail")])
     out += ["## Problem sets: the instructor's solutions graded through the judge on this device",
             "", "Floor: 80% of the reference speedup measured here, at least 1.0x "
-            "(`floors.json` beside this file holds them: `python -m grader.problems.sets "
-            "--ship-floors floors.json` ships them).", "",
+            "(`floors.json` beside this file holds them: `python -m grader.cli ship-floors "
+            "floors.json` writes them into the sets' folders).", "",
             markdown_table(["problem", "sandbox", "status", "verdicts", "reference speedup",
                             "floor", "graph child"], set_rows) if set_rows else "(no set ran)",
             "", markdown_table(["set", "test cell", "points", "verdict"], cell_rows)
@@ -662,7 +663,7 @@ def write_files(out: str, work: str, parts: list[Part], endings: dict, meta: dic
     floors = proposed_floors(data, meta["device_class"], floors_file)
     texts = {"gpu-check.md": report(data),
              "gpu-check.json": json.dumps(data, indent=1, default=str),
-             "floors.json": json.dumps(floors, indent=2, sort_keys=True) + "\n"}
+             files.SET_FLOORS: json.dumps(floors, indent=2, sort_keys=True) + "\n"}
     logs = []
     for part in parts:
         try:
