@@ -168,6 +168,26 @@ def test_the_published_package_carries_no_answers():
     assert leaked == [], leaked
 
 
+def test_every_json_file_of_the_package_ships_with_it():
+    """Each set's figures (grader/problems/psN/*.json) and the chapters' records are package
+    data: an installed grader (Colab, Gradescope) reads them too."""
+    import fnmatch
+    import glob
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        package_data = tomllib.load(fh)["tool"]["setuptools"]["package-data"]
+    found = glob.glob(os.path.join(ROOT, "grader", "**", "*.json"), recursive=True)
+    assert any(os.sep + "problems" + os.sep in p for p in found), found
+    unshipped = []
+    for path in found:
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if not any(rel.startswith(package.replace(".", "/") + "/") and fnmatch.fnmatch(
+                rel[len(package) + 1:], pattern)
+                   for package, patterns in package_data.items() for pattern in patterns):
+            unshipped.append(rel)
+    assert unshipped == [], unshipped
+
+
 def test_the_package_docstring_examples_run():
     """grader/__init__.py's examples: the in-process imports work, and the problem set's setup
     lines give the `check` the example calls (running it is the problem-set tests' job)."""

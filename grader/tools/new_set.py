@@ -28,6 +28,9 @@ def create(name: str, course_root: str = REPO_ROOT, problems_dir: str = PROBLEMS
     pairs = [(os.path.join(PROBLEMS_DIR, files.SET_TEMPLATE), os.path.join(problems_dir, name)),
              (os.path.join(REPO_ROOT, files.SOURCE, files.SET_TEMPLATE),
               os.path.join(course_root, files.SOURCE, name))]
+    missing = [template for template, _ in pairs if not os.path.isdir(template)]
+    if missing:   # an installed package has no course around it
+        raise FileNotFoundError(f"new-set: no template at {', '.join(missing)}")
     taken = [target for _, target in pairs if os.path.exists(target)]
     if taken:
         raise FileExistsError(f"new-set: {', '.join(taken)} already exists")
