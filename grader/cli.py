@@ -57,7 +57,12 @@ def _check(args) -> int:
 def _new_set(args) -> int:
     from grader.tools.new_set import create
 
-    for path in create(args.name):
+    try:
+        written = create(args.name)
+    except (ValueError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for path in written:
         print(f"written: {path}")
     return 0
 

@@ -65,8 +65,9 @@ def test_a_new_set_refuses_a_name_taken_or_not_a_module(toy_set):
     course, packages, _ = toy_set
     with pytest.raises(FileExistsError):
         new_set.create("ps9", course_root=str(course), problems_dir=str(packages))
-    with pytest.raises(ValueError):
-        new_set.create("PS 10", course_root=str(course), problems_dir=str(packages))
+    for name in ("PS 10", "lab1", "ps"):
+        with pytest.raises(ValueError):
+            new_set.create(name, course_root=str(course), problems_dir=str(packages))
 
 
 # In a copy of the course, as an instructor would: `new-set`, then the judge grades the set's

@@ -16,15 +16,18 @@ from grader._paths import REPO_ROOT
 from grader.problems import sets
 
 PROBLEMS_DIR = os.path.dirname(os.path.abspath(sets.__file__))
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# The course's assignments are the folders of source/ named ps... (grader.cohort.assign.assignments),
+# and a set's name is a Python package's.
+_NAME = re.compile(r"^ps[a-z0-9_]+$")
 
 
 def create(name: str, course_root: str = REPO_ROOT, problems_dir: str = PROBLEMS_DIR) -> list[str]:
     """Write the set ``name``'s two folders, ``problems_dir/name/`` and
     ``course_root/source/name/``, from this course's template folders; returns the files
-    written. Refuses a name that is not a lower-case identifier or a folder already there."""
+    written. Refuses a name not of the form ``ps9`` or a folder already there."""
     if not _NAME.match(name):
-        raise ValueError(f"new-set: {name!r} is not a lower-case Python identifier (e.g. ps9)")
+        raise ValueError(f"new-set: {name!r} is not a set's name: ps, then lower-case letters, "
+                         f"digits or _ (ps9)")
     pairs = [(os.path.join(PROBLEMS_DIR, files.SET_TEMPLATE), os.path.join(problems_dir, name)),
              (os.path.join(REPO_ROOT, files.SOURCE, files.SET_TEMPLATE),
               os.path.join(course_root, files.SOURCE, name))]
