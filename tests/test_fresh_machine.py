@@ -30,7 +30,7 @@ import pytest
 from conftest import at_once
 from grader.tools import clean_venv
 import fresh_machine
-from grader.cohort.demo import DEMO_FILE, expected_scores
+from grader.cohort.demo import expected_scores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
@@ -59,11 +59,11 @@ def _env(home: str) -> dict:
 
 
 def _course(folder: str, assignments: list[str]) -> str:
-    """A course folder as an instructor's clone has it, for ``assignments`` only."""
+    """A course folder as an instructor's clone has it, for ``assignments`` only (each set's
+    source folder carries its demo personas)."""
     course = os.path.join(folder, "course")
     os.makedirs(os.path.join(course, "source"))
     shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), course)
-    shutil.copy(os.path.join(ROOT, DEMO_FILE), os.path.join(course, DEMO_FILE))
     for a in assignments:
         shutil.copytree(os.path.join(ROOT, "source", a), os.path.join(course, "source", a))
     return course
