@@ -3,9 +3,12 @@ go, so a newcomer's ``make grade`` shows the whole flow (and a test checks every
 
 Submissions are built at grading time, on the instructor's side only, from the release notebook
 of each problem set and the reference solution in ``source/`` (so they follow the problem sets as
-they change); the personas that need problem-specific code ("partial", "slow", "wrong") take it
-from each set's ``source/psN/demo_cohort.py``, beside its notebook, which students never get:
-nothing of it is in the ``grader`` package. Expected scores are written down in each set's
+they change); the personas that need problem-specific code take it from each set's
+``source/psN/demo_cohort.py`` (``DEMO_SOLUTIONS = {persona: {solution grade_id: code}}``:
+"partial", half done; "slow", correct and one graph with wasted work; "wrong", fast and wrong).
+They are the reference solutions with small changes, so they live beside the set's notebook,
+which students never get: nothing of them is in the ``grader`` package, and nbgrader never
+copies them into ``release/`` (``nbgrader_config.py``). Expected scores are written down in each set's
 ``grader/problems/psN/demo_expected.json`` (:func:`grader.problems.sets.expected_scores`).
 """
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""The demo cohort's ps3 submissions that need code of the set's own: persona -> solution
-cell -> its text ("partial": half done, "slow": correct, one graph, wasted work, "wrong":
-fast, wrong).
-
-Instructor side only: these are the reference solutions with small changes, so they live beside
-the source notebook, which students never get (nbgrader_config.py keeps this file out of
-release/). `make grade` builds the demo cohort from them when submitted/ is empty
-(grader/cohort/demo.py).
-"""
+"""The demo cohort's ps3 code, by persona and solution cell: reference solutions with small
+changes, so instructor side only (grader/cohort/demo.py: each persona, and why this file is here)."""
 
 # ("partial": question 1 only, the default.)
 DEMO_SOLUTIONS = {
