@@ -36,8 +36,10 @@ def toy_set(tmp_path, monkeypatch):
     written = new_set.create("ps9", course_root=str(course), problems_dir=str(packages))
     monkeypatch.setattr(grader.problems, "__path__", [*grader.problems.__path__, str(packages)])
     yield course, packages, written
-    for name in [m for m in sys.modules if m == "grader.problems.ps9"]:
-        del sys.modules[name]
+    # Forget the toy set, as the import left it: the module and the package's attribute.
+    sys.modules.pop("grader.problems.ps9", None)
+    if hasattr(grader.problems, "ps9"):
+        delattr(grader.problems, "ps9")
 
 
 def test_a_new_set_is_its_two_folders_and_the_course_finds_it(toy_set):
