@@ -7,7 +7,7 @@ problem set"):
 - ``grader/problems/psN/``: ``__init__.py`` (``PROBLEMS`` and ``TEST_CELLS``: what the learner
   is given and how each test cell is scored), ``demo_expected.json`` (its demo students'
   points, with why), ``floors.json`` (self-check's speed floors per problem and device class,
-  written by ``make bench`` calibrating and shipped from ``make gpu-check``) and
+  written by ``bench --calibrate`` and shipped from ``make gpu-check``) and
   ``gradescope_measured.json`` (Gradescope's wall time and peak memory,
   ``bench-gradescope --save``); a figure not measured yet is a file not there;
 - ``source/psN/``: ``psN.ipynb`` (nbgrader's source notebook, the reference solution in it) and
