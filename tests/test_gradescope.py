@@ -145,11 +145,15 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
                       "require_confinement": False}
     assert "README.md" in names
     assert {"course/pyproject.toml", "course/grader/cohort/scoring.py", "course/grader/isolation/judge.py",
-            f"course/grader/problems/{ASSIGNMENT}.py",
+            f"course/grader/problems/{ASSIGNMENT}/__init__.py",
+            f"course/grader/problems/{ASSIGNMENT}/demo_expected.json",
+            f"course/grader/problems/{ASSIGNMENT}/gradescope_measured.json",
             f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"} <= names
-    # Only this set's reference solution travels; no caches, no other sets, no demo cohort.
+    # Only this set's reference solution travels; no caches, no other sets, no demo cohort (its
+    # personas beside the notebook stay with the instructor).
+    assert os.path.exists(os.path.join(ROOT, "source", ASSIGNMENT, "demo_cohort.py"))
     assert not [n for n in names if n.startswith("course/source/")
-                and not n.startswith(f"course/source/{ASSIGNMENT}/")]
+                and n != f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
