@@ -54,9 +54,9 @@ def folder(assignment: str) -> str:
 
 
 def _read(assignment: str, name: str) -> dict:
-    if assignment not in folders():
-        return {}
-    return files.read_json_dict(os.path.join(folder(assignment), name))
+    """The set's file ``name`` ({} when the set or the file is not there)."""
+    where = folders().get(assignment)
+    return files.read_json_dict(os.path.join(where, name)) if where else {}
 
 
 def _write(assignment: str, name: str, data: dict, indent: int) -> str:
