@@ -20,6 +20,9 @@ c.Exchange.root = os.environ.get("COURSE_EXCHANGE") or "/usr/local/share/nbgrade
 c.Execute.timeout = 600
 c.ExecutePreprocessor.timeout = 600
 # Student versions keep the problem's own setup cells; solutions and hidden tests are stripped.
+# A set's source/psN/demo_cohort.py (the demo personas' near-answers, grader/cohort/demo.py) stays
+# with the instructor: nbgrader copies no file of this list into release/ or autograded/.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "demo_cohort.py"]
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 
 # --- LMS downloads: `make grade` runs `nbgrader zip_collect ASSIGNMENT --force` -----------------

@@ -51,9 +51,18 @@ GRADES_CSV = "grades.csv"
 CANVAS_CSV = "canvas.csv"
 REPORT_HTML = "report.html"
 
+# A problem set's folder, grader/problems/psN/ (grader.problems.sets reads and writes them).
+SET_DEMO_EXPECTED = "demo_expected.json"         # its demo students' points
+SET_FLOORS = "floors.json"                       # self-check's speed floors: make bench, gpu-check
+SET_GRADESCOPE_MEASURED = "gradescope_measured.json"  # `bench-gradescope --save`
+# Its other folder, source/psN/, beside the nbgrader notebook (never released: nbgrader_config.py).
+DEMO_SOLUTIONS_FILE = "demo_cohort.py"           # the demo personas' near-answers
+# The folders a new set is copied from (grader/problems/_template/, source/_template/); the name
+# stands for the set's own in every file of them (`python -m grader.cli new-set`).
+SET_TEMPLATE = "_template"
+
 # Gradescope's autograder (grader/cohort/gradescope.py).
 GRADESCOPE_CONFIG = "gradescope.json"           # in the zip's course/: the assignment, its deadline
-GRADESCOPE_MEASURED = "gradescope_measured.json"  # beside gradescope.py: `bench-gradescope --save`
 GRADESCOPE_RESULTS = "results.json"             # what Gradescope reads, in ROOT/results/
 # Gradescope's container: ROOT/source (the unzipped autograder), ROOT/submission, ROOT/results.
 GRADESCOPE_SOURCE = "source"

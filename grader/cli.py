@@ -7,6 +7,8 @@ that runs the grader calls one of these verbs; ``VERB --help`` describes each.
     python -m grader.cli grade [--assignment ps1] ... grade a cohort (make grade)
     python -m grader.cli canvas [--roster R] [--out O] the gradebook as Canvas imports it
     python -m grader.cli gradescope ASSIGNMENT        the Gradescope autograder zip of a problem set
+    python -m grader.cli new-set NAME                 a new problem set's two folders, from the template
+    python -m grader.cli ship-floors FILE             make gpu-check's floors.json into the sets' folders
     python -m grader.cli bench [--calibrate] ...      grader and workload figures (make bench, gpu-check)
     python -m grader.cli bench-grade ...              seconds per submission, local and Ray (make bench-grade)
     python -m grader.cli bench-gradescope ...         Gradescope's run_autograder: peak memory, wall time
@@ -50,6 +52,32 @@ def _check(args) -> int:
                           hidden_jobs=True)
     print(evaluation)
     return 0 if evaluation.status == Status.OK else 1
+
+
+def _new_set(args) -> int:
+    from grader.tools.new_set import create
+
+    try:
+        written = create(args.name)
+    except (ValueError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"written: {path}")
+    return 0
+
+
+def _ship_floors(args) -> int:
+    from grader import _files as files
+    from grader.problems import sets
+
+    floors = files.read_json_dict(args.file)
+    if not floors:
+        print(f"ship-floors: {args.file} holds no floors", file=sys.stderr)
+        return 1
+    for path in sets.write_floors(floors):
+        print(f"written: {path}")
+    return 0
 
 
 def _canvas(args) -> int:
@@ -136,6 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                         "Gradescope's container (default: it grades under an unprivileged user id "
                         "only there, and says so on the results page)")
     p.set_defaults(func=_gradescope)
+    p = sub.add_parser("new-set", help="a new problem set: grader/problems/NAME/ and source/NAME/ "
+                                      "from the template (docs/design.md, 'Adding a problem set')")
+    p.add_argument("name", help="the set's name, e.g. ps9")
+    p.set_defaults(func=_new_set)
+    p = sub.add_parser("ship-floors", help="write the floors of a make gpu-check run into each "
+                                          "set's grader/problems/SET/floors.json")
+    p.add_argument("file", help="the floors.json make gpu-check wrote")
+    p.set_defaults(func=_ship_floors)
     for verb, (module, text) in DELEGATED.items():
         # add_help=False: `VERB --help` reaches the module's own parser, which knows the options.
         sub.add_parser(verb, help=f"{text} (`{verb} --help` for the options)", add_help=False)

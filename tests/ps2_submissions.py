@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
-
 import nbformat
+
+from grader.cohort.demo import demo_solutions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PS = "ps2"
-# The demo's dee_slow ps2 solution (source/demo_cohort.py), one definition for both.
-PASS_CLASS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))[
-    "DEMO_SOLUTIONS"]["ps2"]["slow"]["ps2-q1-solution"]
+# The demo's dee_slow ps2 solution (source/ps2/demo_cohort.py), one definition for both.
+PASS_CLASS = demo_solutions(ROOT)["ps2"]["slow"]["ps2-q1-solution"]
 HONEST_POINTS = 7
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import runpy
 import subprocess
 
 import pytest
 import torch
 
+from grader.cohort.demo import demo_solutions
 from grader.isolation.judging import job_for
 from grader.isolation.reference_cells import reference_cells
 from grader.isolation.judge import Judge
@@ -37,7 +37,7 @@ from grader.isolation.source import Cell
 from grader.problems import get_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]
+PERSONAS = demo_solutions(ROOT)
 # Unique to this run: several checkouts' suites may run at once on one machine.
 SPIN_TAG = f"{random.randint(10 ** 6, 10 ** 7)}.25"
 

@@ -7,18 +7,18 @@ the judge with the timed check left out.
 from __future__ import annotations
 
 import os
-import runpy
 
 import pytest
 import torch
 
+from grader.cohort.demo import demo_solutions
 from grader.isolation.check import evaluate
 from grader.problems import get_problem
 from grader.problems import ps6
 from grader.isolation.source import Cell, solution_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]["ps6"]
+PERSONAS = demo_solutions(ROOT)["ps6"]
 
 
 def _reference_source() -> str:

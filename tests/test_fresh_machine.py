@@ -13,7 +13,7 @@ Each problem kind is graded here once with a full and once with a failing person
 command line `make grade` runs (inference and the job choice of ps1 and ps3, the training step of
 ps5 as root; recompiles and the decode loop of ps4 and ps6 as an ordinary user, and fusion, ps2,
 in tests/test_platforms.py's ordinary-user platforms), to
-the scores of grader/cohort/demo_expected.json; and the Gradescope run_autograder both ways, with
+the scores of grader/problems/psN/demo_expected.json; and the Gradescope run_autograder both ways, with
 the Python of a venv holding only what the zip's setup.sh installs (grader/tools/clean_venv.py).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ import pytest
 from conftest import at_once
 from grader.tools import clean_venv
 import fresh_machine
-from grader.cohort.demo import DEMO_FILE, expected_scores
+from grader.cohort.demo import expected_scores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
@@ -59,11 +59,11 @@ def _env(home: str) -> dict:
 
 
 def _course(folder: str, assignments: list[str]) -> str:
-    """A course folder as an instructor's clone has it, for ``assignments`` only."""
+    """A course folder as an instructor's clone has it, for ``assignments`` only (each set's
+    source folder carries its demo personas)."""
     course = os.path.join(folder, "course")
     os.makedirs(os.path.join(course, "source"))
     shutil.copy(os.path.join(ROOT, "nbgrader_config.py"), course)
-    shutil.copy(os.path.join(ROOT, DEMO_FILE), os.path.join(course, DEMO_FILE))
     for a in assignments:
         shutil.copytree(os.path.join(ROOT, "source", a), os.path.join(course, "source", a))
     return course

@@ -145,11 +145,15 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
                       "require_confinement": False}
     assert "README.md" in names
     assert {"course/pyproject.toml", "course/grader/cohort/scoring.py", "course/grader/isolation/judge.py",
-            f"course/grader/problems/{ASSIGNMENT}.py",
+            f"course/grader/problems/{ASSIGNMENT}/__init__.py",
+            f"course/grader/problems/{ASSIGNMENT}/demo_expected.json",
+            f"course/grader/problems/{ASSIGNMENT}/gradescope_measured.json",
             f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"} <= names
-    # Only this set's reference solution travels; no caches, no other sets, no demo cohort.
+    # Only this set's reference solution travels; no caches, no other sets, no demo cohort (its
+    # personas beside the notebook stay with the instructor).
+    assert os.path.exists(os.path.join(ROOT, "source", ASSIGNMENT, "demo_cohort.py"))
     assert not [n for n in names if n.startswith("course/source/")
-                and not n.startswith(f"course/source/{ASSIGNMENT}/")]
+                and n != f"course/source/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
@@ -216,7 +220,7 @@ def test_run_autograder_grades_a_submission_into_gradescope_results(graded_perso
 @pytest.mark.parametrize("student", PERSONA_RUNS)
 def test_run_autograder_scores_the_demo_students_as_make_grade_does(graded_personas, student):
     """A partial, a wrong and a crashing submission, in setup.sh's environment: the demo's
-    written-down scores (grader/cohort/demo_expected.json), each test with its reason."""
+    written-down scores (grader/problems/psN/demo_expected.json), each test with its reason."""
     results, stdout = graded_personas[student]
     assert validate_results(results) == []
     assert results["extra_data"]["finished"] is True, results["output"]
@@ -504,7 +508,7 @@ def test_the_zips_readme_says_which_settings_to_raise_from_the_measurements(auto
         readme = zf.read("README.md").decode()
     assert "768 MB of memory, a 10-minute time limit" in readme and "half a virtual CPU" in readme
     row = measured(ASSIGNMENT)
-    assert row, "grader/cohort/gradescope_measured.json has no figures for ps2"
+    assert row, "grader/problems/ps2/gradescope_measured.json has no figures"
     rec = recommended_settings(row, ASSIGNMENT)
     assert rec["memory_gb"] * 1024 >= 1.5 * row["peak_rss_mb"]          # headroom over the peak
     assert rec["timeout_min"] * 60 >= rec["hang_s"] + row["wall_s"]      # even a hanging submission

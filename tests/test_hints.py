@@ -19,10 +19,10 @@ wrong on.
 from __future__ import annotations
 
 import os
-import runpy
 
 import pytest
 
+from grader.cohort.demo import demo_solutions
 from grader.isolation.cell_scores import Evaluation, score_cell
 from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
@@ -31,7 +31,7 @@ from grader.problems import get_problem
 from grader.problems import test_cells as declared_test_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]
+PERSONAS = demo_solutions(ROOT)
 
 
 def _reference(assignment: str) -> str:

@@ -144,9 +144,9 @@ def test_the_published_package_carries_no_answers():
             if "### BEGIN SOLUTION" in text and cell["cell_type"] == "code":
                 body = text.split("### BEGIN SOLUTION", 1)[1].split("### END SOLUTION", 1)[0]
                 lines |= {ln.strip() for ln in body.splitlines() if len(ln.strip()) > 25}
-    import runpy
+    from grader.cohort.demo import demo_solutions
 
-    demo = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]
+    demo = demo_solutions(ROOT)
     for personas in demo.values():
         for cells in personas.values():
             for code in cells.values():
@@ -156,9 +156,9 @@ def test_the_published_package_carries_no_answers():
     # Lines the given (original) models have too are the task, not the answer.
     import inspect
 
-    from grader.problems import get_problem, test_cells
+    from grader.problems import get_problem, sets, test_cells
     given = ""
-    for ps in ("ps1", "ps2", "ps3", "ps4", "ps5", "ps6", "ps7", "ps8"):
+    for ps in sets.names():
         for cell in test_cells(ps).values():
             for key in cell.problems:
                 model = get_problem(key).make_baseline("cpu")
@@ -166,6 +166,26 @@ def test_the_published_package_carries_no_answers():
                                  if k.__module__.startswith("grader."))
     leaked = sorted(ln for ln in lines if ln in package and ln not in given)
     assert leaked == [], leaked
+
+
+def test_every_json_file_of_the_package_ships_with_it():
+    """Each set's figures (grader/problems/psN/*.json) and the chapters' records are package
+    data: an installed grader (Colab, Gradescope) reads them too."""
+    import fnmatch
+    import glob
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        package_data = tomllib.load(fh)["tool"]["setuptools"]["package-data"]
+    found = glob.glob(os.path.join(ROOT, "grader", "**", "*.json"), recursive=True)
+    assert any(os.sep + "problems" + os.sep in p for p in found), found
+    unshipped = []
+    for path in found:
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if not any(rel.startswith(package.replace(".", "/") + "/") and fnmatch.fnmatch(
+                rel[len(package) + 1:], pattern)
+                   for package, patterns in package_data.items() for pattern in patterns):
+            unshipped.append(rel)
+    assert unshipped == [], unshipped
 
 
 def test_the_package_docstring_examples_run():

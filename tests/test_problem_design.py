@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import runpy
 
 import pytest
 
 from grader.checks.declared.job import PROBE_SIZES
 from grader.checks.jobs import JobFigures
+from grader.cohort.demo import demo_solutions
 from grader.isolation import reference_side
 from grader.isolation.cell_scores import Evaluation, score_cell
 from grader.isolation.judging import job_for
@@ -185,9 +185,8 @@ def test_the_given_model_unchanged_earns_nothing(judge, key):
         n: c["message"][:300] for n, c in result["checks"].items()}
 
 
-# The demo's eve_wrong ps1 solution (source/demo_cohort.py): one side of the `if` only.
-ONE_SIDED_PS1 = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))[
-    "DEMO_SOLUTIONS"]["ps1"]["wrong"]["ps1-q1-solution"]
+# The demo's eve_wrong ps1 solution (source/psN/demo_cohort.py): one side of the `if` only.
+ONE_SIDED_PS1 = demo_solutions(ROOT)["ps1"]["wrong"]["ps1-q1-solution"]
 
 
 def test_ps1_with_one_side_of_the_if_earns_nothing(judge):

@@ -9,7 +9,7 @@ design plants, and the points need the diagnosis.
 - the blind rewrites a learner tries before diagnosing (``floor(t / B)``, float64, whole readings,
   ``torch.bucketize``, ``torch.div(..., rounding_mode="floor")``, the bucket behind
   ``torch.compiler.disable``, the counter removed only) each fail a check the fix passes;
-- the demo personas score what ``grader/cohort/demo_expected.json`` says;
+- the demo personas score what ``grader/problems/psN/demo_expected.json`` says;
 - run top to bottom, the learner's notebook shows what its questions ask about (question 3's
   recompile log).
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import runpy
 
 import pytest
 import torch
@@ -25,7 +24,7 @@ import torch
 import notebook_solutions as sol
 from grader.course import chapters as ch
 from grader.checks import _torch_internals as ti
-from grader.cohort.demo import expected_scores
+from grader.cohort.demo import demo_solutions, expected_scores
 from grader.isolation.cell_scores import Evaluation, score_cell
 from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
@@ -34,7 +33,7 @@ from grader.problems import get_problem, ps7
 from grader.problems import test_cells as declared_test_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]["ps7"]
+PERSONAS = demo_solutions(ROOT)["ps7"]
 NO_SPEED = ["correctness", "fullgraph", "breaks", "recompiles", "compiled"]
 
 

@@ -8,7 +8,7 @@ need the operator.
   without an unused operator registered), ``torch.compiler.allow_in_graph`` or
   ``torch.compiler.disable`` around an autograd.Function, a fake wrong on odd windows, no
   autograd formula, the given model; a wrong backward is named with the shapes it is wrong on;
-- the demo personas score what ``grader/cohort/demo_expected.json`` says on every cell but
+- the demo personas score what ``grader/problems/psN/demo_expected.json`` says on every cell but
   speed (speed, which needs the reference's compile, is checked by ``make grade``'s demo).
 
 The judge is asked only for the checks each route needs and never for speed here: a training
@@ -19,14 +19,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import runpy
 
 import pytest
 import torch
 
 from grader.checks import custom_ops, graph_artifact
 from grader.common.wire import Packer
-from grader.cohort.demo import expected_scores
+from grader.cohort.demo import demo_solutions, expected_scores
 from grader.isolation.cell_scores import Evaluation, score_cell
 from grader.isolation.judging import job_for
 from grader.isolation.judge import Judge
@@ -35,7 +34,7 @@ from grader.problems import get_problem, ps8
 from grader.problems import test_cells as declared_test_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PERSONAS = runpy.run_path(os.path.join(ROOT, "source", "demo_cohort.py"))["DEMO_SOLUTIONS"]["ps8"]
+PERSONAS = demo_solutions(ROOT)["ps8"]
 NO_SPEED = ["correctness", "custom_op", "fullgraph", "breaks"]
 
 

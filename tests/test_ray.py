@@ -3,7 +3,6 @@ grades a small cohort to the scores local workers give (the demo cohort's writte
 with the driver as the only writer of the gradebook, and a Ray worker killed mid-run loses
 nothing: Ray runs that task again and its grade is merged once.
 """
-import json
 import os
 import signal
 import subprocess
@@ -14,11 +13,11 @@ from ray.cluster_utils import Cluster
 
 from grader.cohort import distributed, ray_address
 from grader.isolation import sandbox
-from grader.cohort.demo import build_demo_course
+from grader.cohort.demo import build_demo_course, expected_scores
 from grader.cohort.grade import grade
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPECTED = json.load(open(os.path.join(REPO, "grader", "cohort", "demo_expected.json")))
+EXPECTED = expected_scores()
 # Three personas of ps2: the full solution (timed), a wrong one (not timed), an empty one.
 COHORT = {"ada_full": "ada_full", "eve_wrong": "eve_wrong", "cy_blank": "cy_blank"}
 

@@ -264,14 +264,21 @@ def test_device_class_cpu():
     assert targets.default_device() in ("cpu", "cuda")
 
 
-def test_shipped_floors(tmp_path, monkeypatch):
+def test_shipped_floors_are_read_from_and_written_to_the_sets_folder(tmp_path, monkeypatch):
+    from grader.problems import get_problem, sets
+
+    monkeypatch.setattr(sets, "folders", lambda: {"ps1": str(tmp_path)})
     path = tmp_path / "floors.json"
-    path.write_text(json.dumps({"ps1.q3": {"cpu": 1.4, "T4": 2.0}}))
-    monkeypatch.setattr(targets, "FLOORS_FILE", str(path))
-    assert targets.shipped_floors("ps1.q3") == {"cpu": 1.4, "T4": 2.0}
-    assert targets.shipped_floors("ps9.q9") == {}
-    monkeypatch.setattr(targets, "FLOORS_FILE", str(tmp_path / "missing.json"))
-    assert targets.shipped_floors("ps1.q3") == {}
+    path.write_text(json.dumps({"ps1.q1": {"cpu": 9.5}, "ps1.q3": {"cpu": 1.4, "T4": 2.0}}))
+    assert sets.floors("ps1.q3") == {"cpu": 1.4, "T4": 2.0}
+    assert sets.floors("ps1.q9") == {} and sets.floors("ps9.q9") == {}
+    # Self-check's target takes them from the problem's set.
+    assert targets.self_check_target(get_problem("ps1.q1")).floors["cpu"] == 9.5
+    # A calibration writes one class of one problem; the set's other figures are kept.
+    assert sets.write_floors({"ps1.q3": {"cpu": 1.6, "T4": 2.0}}) == [str(path)]
+    assert sets.all_floors() == {"ps1.q1": {"cpu": 9.5}, "ps1.q3": {"T4": 2.0, "cpu": 1.6}}
+    path.unlink()
+    assert sets.floors("ps1.q3") == {}
 
 
 def test_real_clock_smoke():

@@ -147,7 +147,7 @@ class GraphBreakReport:
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _GRADER_DIR = PACKAGE_DIR
 # The problem sets' given models live here: a break in a method the learner inherited is reported
-# at the given model's line (e.g. "ps1.py, line 38"), which is where the learner starts.
+# at the given model's line (e.g. "ps1/__init__.py, line 38"), which is where the learner starts.
 _PROBLEMS_DIR = os.path.join(_GRADER_DIR, "problems")
 _CELL_FILE = re.compile(r"<cell (?P<n>[\w.\-]+)>$")  # how grader.isolation.isolate names learner cells
 
@@ -187,6 +187,9 @@ def describe_location(filename: str, lineno: int) -> Location:
         label = f"cell {m.group('n')}, line {lineno}"
     elif (number := _ipython_cell_number(filename)) is not None:
         label = f"cell [{number}], line {lineno}"
+    elif filename.startswith(_PROBLEMS_DIR + os.sep):
+        # A set is a folder whose __init__.py holds its given models: the folder names the set.
+        label = f"{os.path.relpath(filename, _PROBLEMS_DIR)}, line {lineno}"
     else:
         label = f"{os.path.basename(filename)}, line {lineno}"
     return Location(filename, lineno, line, label)

@@ -8,9 +8,7 @@ the floors alone and says so.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import re
 import statistics
 from typing import Callable, Mapping, Sequence
@@ -264,11 +262,12 @@ def judge_plan_choice(figure_sets: Sequence[tuple[Mapping[str, Sequence[float]],
 
 def self_check_target(problem) -> SpeedTarget:
     """Self-check has no reference: the problem's target less the relative part, with the
-    floors shipped for each device class (``floors.json``) under the problem's own."""
+    floors shipped for each device class (its set's ``floors.json``,
+    ``problem.shipped_floors``) under the problem's own."""
     target = problem.target
     graded = SpeedTarget(target.fraction_of_reference, target.faster_than_baseline)
     return SpeedTarget(fraction_of_reference=None, faster_than_baseline=target.faster_than_baseline,
-                       floors={**shipped_floors(problem.key), **dict(target.floors)},
+                       floors={**problem.shipped_floors, **dict(target.floors)},
                        graded_as=graded.describe("", with_reference=True))
 
 
@@ -323,18 +322,3 @@ def judge_speed(learner: Callable, baseline: Callable, args_pool: Sequence[tuple
     return SpeedVerdict(verdict, conds, comp, dev_class,
                         target.describe(dev_class, reference is not None),
                         start_left - time_left(deadline))
-
-
-# ---------------------------------------------------------------------------------------------
-# Floors shipped with the release (calibrated from the reference by `make bench`/`gpu-check`)
-
-FLOORS_FILE = os.path.join(os.path.dirname(__file__), "floors.json")
-
-
-def shipped_floors(problem: str) -> dict[str, float]:
-    """Per-device-class floors for ``problem`` (e.g. 'ps1.q3'), or {} when none are shipped."""
-    try:
-        with open(FLOORS_FILE) as fh:
-            return dict(json.load(fh).get(problem, {}))
-    except FileNotFoundError:
-        return {}

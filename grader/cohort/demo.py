@@ -3,9 +3,13 @@ go, so a newcomer's ``make grade`` shows the whole flow (and a test checks every
 
 Submissions are built at grading time, on the instructor's side only, from the release notebook
 of each problem set and the reference solution in ``source/`` (so they follow the problem sets as
-they change); the personas that need problem-specific code ("partial", "slow", "wrong") take it
-from ``source/demo_cohort.py``, which students never get: nothing of it is in the ``grader``
-package. Expected scores are written down in ``demo_expected.json``.
+they change); the personas that need problem-specific code take it from each set's
+``source/psN/demo_cohort.py`` (``DEMO_SOLUTIONS = {persona: {solution grade_id: code}}``:
+"partial", half done; "slow", correct and one graph with wasted work; "wrong", fast and wrong).
+They are the reference solutions with small changes, so they live beside the set's notebook,
+which students never get: nothing of them is in the ``grader`` package, and nbgrader never
+copies them into ``release/`` (``nbgrader_config.py``). Expected scores are written down in each set's
+``grader/problems/psN/demo_expected.json`` (:func:`grader.problems.sets.expected_scores`).
 """
 from __future__ import annotations
 
@@ -27,7 +31,6 @@ PERSONAS = {
     "hal_corrupt": "the .ipynb file is corrupted (truncated JSON)",
     "ivy_given": "the given model unchanged (each solution class only subclasses it): earns 0",
 }
-EXPECTED_FILE = os.path.join(os.path.dirname(__file__), "demo_expected.json")
 # A newcomer's first `make grade`: every persona, so every kind of failure, in the first set, and
 # in the others the ones whose scores depend on the set (``--demo-students all``: all of them).
 FIRST_SET_ALL = "ps1"
@@ -109,9 +112,6 @@ def _fill(release_nb, source_nb, grade_ids: set[str], replacements: dict[str, st
     return nb
 
 
-DEMO_FILE = os.path.join(files.SOURCE, "demo_cohort.py")
-
-
 _STUB = re.compile(r"^([ \t]*)# YOUR CODE HERE[ \t]*\n[ \t]*raise NotImplementedError\(\)[ \t]*\n?",
                    re.M)
 
@@ -129,11 +129,19 @@ def _given_unchanged(release_nb):
 
 
 def demo_solutions(course: str) -> dict:
-    """``{assignment: {persona: {grade_id: code}}}`` from the course's ``source/demo_cohort.py``."""
+    """``{assignment: {persona: {grade_id: code}}}`` from each set's
+    ``source/ASSIGNMENT/demo_cohort.py`` in ``course`` (a set without one: the personas that
+    need none)."""
     import runpy
 
-    path = os.path.join(course, DEMO_FILE)
-    return runpy.run_path(path)["DEMO_SOLUTIONS"] if os.path.exists(path) else {}
+    from grader.cohort.assign import assignments
+
+    found = {}
+    for assignment in assignments(course):
+        path = os.path.join(course, files.SOURCE, assignment, files.DEMO_SOLUTIONS_FILE)
+        if os.path.exists(path):
+            found[assignment] = runpy.run_path(path)["DEMO_SOLUTIONS"]
+    return found
 
 
 def personas_for(assignment: str, release_nb, source_nb, solutions: dict | None = None) -> dict:
@@ -233,13 +241,15 @@ def _write(demo: str, student: str, assignment: str, name: str, nb) -> None:
 
 
 def expected_scores() -> dict:
-    """{assignment: {student: points}} from ``demo_expected.json`` (its ``_why`` says why)."""
-    with open(EXPECTED_FILE) as fh:
-        return {k: v for k, v in json.load(fh).items() if not k.startswith("_")}
+    """{assignment: {student: points}}: each set's ``demo_expected.json`` (its ``_why`` says
+    why)."""
+    from grader.problems import sets
+
+    return sets.expected_scores()
 
 
 def check_expected(run) -> list[str]:
-    """Lines describing every demo score that differs from ``demo_expected.json``."""
+    """Lines describing every demo score that differs from its set's ``demo_expected.json``."""
     expected = expected_scores()
     problems = []
     for o in run.outcomes:

@@ -561,7 +561,7 @@ def exit_status(run: Run) -> int:
             checked = sum(1 for o in run.outcomes if o.submission.student
                           in expected.get(o.submission.assignment, {}))
             print(f"demo check passed: all {checked} demo scores are the ones written down in "
-                  f"grader/cohort/demo_expected.json")
+                  f"each set's grader/problems/SET/demo_expected.json")
         return 1 if mismatches else 0
     if any(o.status == Graded.FAILED for o in run.outcomes) or held_this_run(run):
         return 2

@@ -164,7 +164,8 @@ def _course_files(course: str, assignment: str) -> list[tuple[str, str]]:
         for root, dirs, names in os.walk(os.path.join(course, folder)):
             dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".ipynb_checkpoints"))
             for name in sorted(names):
-                if name.endswith((".pyc", ".pyo")):
+                # The demo's near-answers stay with the instructor, as nbgrader keeps them.
+                if name.endswith((".pyc", ".pyo")) or name == files.DEMO_SOLUTIONS_FILE:
                     continue
                 path = os.path.join(root, name)
                 found.append((path, "course/" + os.path.relpath(path, course).replace(os.sep, "/")))
@@ -181,18 +182,13 @@ def _write_executable(zf: zipfile.ZipFile, name: str, text: str) -> None:
 def measured(assignment: str) -> dict | None:
     """What ``python -m grader.cli bench-gradescope --save`` measured for ``assignment``
     (``wall_s``, ``peak_rss_mb``, ``cpus``, ``date``, and the run's ``command`` and ``machine``),
-    or None."""
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                               files.GRADESCOPE_MEASURED)) as fh:
-            saved = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    row = saved.get("sets", {}).get(assignment)
+    or None; kept in the set's folder (:func:`grader.problems.sets.gradescope_measured`)."""
+    from grader.problems import sets
+
+    row = sets.gradescope_measured(assignment)
     if not row:
         return None
-    return {"command": saved.get("command", ""), "machine": saved.get("machine", ""),
-            "torch": saved.get("torch", ""), **row}
+    return {"command": "", "machine": "", "torch": "", **row}
 
 
 def hang_bound_s(assignment: str) -> float:

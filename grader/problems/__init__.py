@@ -1,7 +1,7 @@
 """Problem definitions: what each graded question gives the learner and how it is checked.
 
-A problem set module ``grader/problems/psN.py`` defines ``PROBLEMS = {key: Problem(...)}``. The
-student notebook imports the baseline from here (``from grader.problems.ps1 import *``), and the
+A problem set is a package ``grader/problems/psN/`` (found by its folder: :mod:`grader.problems.sets`)
+whose ``__init__.py`` defines ``PROBLEMS = {key: Problem(...)}`` and ``TEST_CELLS``. The student notebook imports the baseline from here (``from grader.problems.ps1 import *``), and the
 judge and the subject (:mod:`grader.isolation.judge`) rebuild it from here, never from the learner's kernel.
 """
 from __future__ import annotations
@@ -205,6 +205,14 @@ class Problem:
     @property
     def assignment(self) -> str:
         return self.key.split(".")[0]
+
+    @property
+    def shipped_floors(self) -> dict[str, float]:
+        """Self-check's speed floors for this problem per device class, from its set's folder
+        (:func:`grader.problems.sets.floors`); {} where none were measured."""
+        from grader.problems import sets
+
+        return sets.floors(self.key)
 
     def input_classes(self, rng: random.Random) -> dict[str, Callable]:
         """Every class of inputs the problem is checked on, ``{name: make_inputs}``: its own

@@ -1,7 +1,7 @@
 """The small decoder that ps4 and ps6 share: a pre-norm transformer block's parameters and the
 maths of its attention and MLP, written once.
 
-Each set's ``TinyGPT`` (``grader/problems/ps4.py``, ``ps6.py``) subclasses :class:`TinyGPTLayers`
+Each set's ``TinyGPT`` (``grader/problems/ps4/``, ``ps6/``) subclasses :class:`TinyGPTLayers`
 for ``attention`` and ``mlp`` and writes its own ``__init__`` (seed, depth, buffers) and
 ``forward`` (the part of the model the set is about).
 """

@@ -11,7 +11,6 @@ time: figures are for people to read (and commit, for the GPU table).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -24,7 +23,6 @@ from grader.checks.breaks import fullgraph_check, graph_break_report
 from grader.checks.targets import SpeedTarget, default_device, device_class, judge_speed
 from grader.checks.timing import compare, first_call_seconds
 from grader.course.workloads import build
-from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
@@ -167,24 +165,20 @@ def speedup_of(speed_details: dict) -> float | None:
 def calibrate_floors(device: str, fraction: float = FLOOR_FRACTION,
                      only: list[str] | None = None) -> str:
     """Measure every problem's reference solution and write its floor for this device class
-    into grader/checks/floors.json (floor = ``fraction`` x the reference's measured speedup).
+    into its set's floors.json (floor = ``fraction`` x the reference's measured speedup;
+    :func:`grader.problems.sets.write_floors`).
     ``only``: problem sets ("ps7") or problems ("ps7.q1") to calibrate; the others' floors are
     kept as they are."""
     from grader.isolation.check import evaluate
     from grader.isolation.reference_cells import reference_cells
-    from grader.problems import get_problem
-    from grader.checks.targets import FLOORS_FILE
+    from grader.problems import get_problem, problem_set, sets
 
     dev = device_class(device)
-    floors = json.load(open(FLOORS_FILE)) if os.path.exists(FLOORS_FILE) else {}
+    floors: dict[str, dict[str, float]] = {}
     rows = []
     root = REPO_ROOT
-    for ps in sorted(os.listdir(os.path.join(root, files.SOURCE))):
-        try:
-            module = __import__(f"grader.problems.{ps}", fromlist=["PROBLEMS"])
-        except ImportError:
-            continue
-        for key in module.PROBLEMS:
+    for ps in sets.names():
+        for key in problem_set(ps).PROBLEMS:
             problem = get_problem(key)
             if "speed" not in problem.checks:
                 continue
@@ -199,11 +193,9 @@ def calibrate_floors(device: str, fraction: float = FLOOR_FRACTION,
                 rows.append([key, "-", "-", speed.message or "no figure"])
                 continue
             floor = floor_for(med, fraction)
-            floors.setdefault(key, {})[dev] = floor
+            floors[key] = {**get_problem(key).shipped_floors, dev: floor}
             rows.append([key, f"{med:.2f}x", f"{floor:.2f}x", ""])
-    with open(FLOORS_FILE, "w") as fh:
-        json.dump(floors, fh, indent=2, sort_keys=True)
-        fh.write("\n")
+    sets.write_floors(floors)
     return (f"## Self-check floors calibrated on {dev} (floor = {fraction:.0%} of the reference "
             f"speedup, at least 1.0x)\n\n" + _table(["problem", "reference speedup", "floor", "note"], rows))
 

@@ -19,10 +19,10 @@ import statistics
 import sys
 import time
 
+from grader.cohort.assign import assignments
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
 from grader.cohort.merge import Graded
-from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
@@ -172,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                              "each one this machine can give is measured and named as probed")
     parser.add_argument("--out", default="bench-results/bench-grade.md", help="markdown file to write")
     args = parser.parse_args(argv)
-    assignments = args.assignment or sorted(
-        d for d in os.listdir(os.path.join(REPO, files.SOURCE))
-        if os.path.isdir(os.path.join(REPO, files.SOURCE, d)))
+    chosen = args.assignment or assignments(REPO)
     worker_counts = [int(w) for w in args.workers.split(",")]
     executors = args.executors.split(",")
     modes = sandbox_modes(args.sandbox)
@@ -185,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-grade: {mode}: {words}", flush=True)
     rows, breakdown, totals, outside = [], [], {}, {}
     for (mode, _), assignment, executor, workers in (
-            (m, a, e, w) for m in modes for a in assignments for e in executors
+            (m, a, e, w) for m in modes for a in chosen for e in executors
             for w in worker_counts):
                 folder = os.path.join(REPO, "build",
                                       f"bench-grade-{assignment}-{mode}-{executor}{workers}")
@@ -254,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
             f"subject per solution cell): {PARTS_HELP}\n\n{parts_table}\n")
     text += _estimate([row[1:] for row in rows if row[0] == modes[0][0]], worker_counts,
-                      len(assignments), modes[0][0])
+                      len(chosen), modes[0][0])
     print("\n" + text)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:

@@ -5,7 +5,7 @@ beside it, the submission in ``submission/``).
 
     python -m grader.cli bench-gradescope                      # every set, a table
     python -m grader.cli bench-gradescope --assignment ps2 --cpus 1
-    python -m grader.cli bench-gradescope --save                # + grader/cohort/gradescope_measured.json
+    python -m grader.cli bench-gradescope --save                # + grader/problems/psN/gradescope_measured.json
 
 Peak memory is the largest sum, over ``run_autograder`` and every process under it (the judge,
 the subjects, the compiler's workers), of each process's resident set size, sampled every
@@ -158,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between samples")
     parser.add_argument("--sandbox", choices=["auto", "bwrap", "kernel", "off"], default="auto")
     parser.add_argument("--save", action="store_true",
-                        help=f"write the figures to grader/cohort/{files.GRADESCOPE_MEASURED} for the zip's README")
+                        help=f"write each set's figures to grader/problems/SET/{files.SET_GRADESCOPE_MEASURED} "
+                             "for the zip's README")
     args = parser.parse_args(argv)
-    sets = args.assignment or assignments(REPO_ROOT)
+    chosen = args.assignment or assignments(REPO_ROOT)
     rows = []
-    for assignment in sets:
+    for assignment in chosen:
         row = measure(assignment, cpus=args.cpus, interval=args.interval, sandbox=args.sandbox)
         rows.append(row)
         print(f"{assignment}: {row['wall_s']:.0f} s, peak {row['peak_rss_mb']} MB, "
@@ -184,21 +185,13 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {about['torch']}; isolation: {about['isolation']})")
     print(table(rows))
     if args.save:
-        path = os.path.join(REPO_ROOT, "grader", "cohort", files.GRADESCOPE_MEASURED)
-        try:
-            with open(path) as fh:
-                saved = json.load(fh)
-        except (OSError, ValueError):
-            saved = {"sets": {}}
-        saved.update({k: v for k, v in about.items()})
+        from grader.problems import sets
+
         for r in rows:
-            saved["sets"][r["assignment"]] = dict(
+            path = sets.save_gradescope_measured(r["assignment"], dict(
                 {k: r[k] for k in ("wall_s", "peak_rss_mb", "score", "max_score", "cpus")},
-                **{k: about[k] for k in ("date", "command", "machine", "torch")})
-        with open(path, "w") as fh:
-            json.dump(saved, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-        print(f"saved: {path}")
+                **{k: about[k] for k in ("date", "command", "machine", "torch")}))
+            print(f"saved: {path}")
     return 0
 
 

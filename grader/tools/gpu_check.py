@@ -27,8 +27,9 @@ Whatever happens, it writes what it has to ``--out`` (at most 8 files; these 4):
 - ``gpu-check.md``: the tables for people to read and commit (claims beside figures, GPU-only
   cells, the sets' verdicts, speedups and floors, the judge's bound, every part's seconds);
 - ``gpu-check.json``: the same as data;
-- ``floors.json``: ``grader/checks/floors.json`` with this device class's floors set from the
-  reference speedups measured here (copy it over to ship them);
+- ``floors.json``: every set's shipped floors (``grader/problems/psN/floors.json``) in one
+  mapping, with this device class's set from the reference speedups measured here (to ship
+  them: ``python -m grader.cli ship-floors floors.json``);
 - ``gpu-check.log``: every part's output, each cut to its last :data:`LOG_BYTES_PER_PART`.
 
 Why one module: the parent and its parts are the same program (a part is this module run again
@@ -63,7 +64,8 @@ from grader import _files as files
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
-OUT_FILES = ("gpu-check.md", "gpu-check.json", "floors.json", "gpu-check.log")
+# Its floors.json: every set's floors in one mapping (`grader.cli ship-floors` splits it by set).
+OUT_FILES = ("gpu-check.md", "gpu-check.json", files.SET_FLOORS, "gpu-check.log")
 LOG_BYTES_PER_PART = 512 * 1024
 DEFAULT_DEADLINE_S = 450.0
 BUNDLE_DIR = "gpu-bundle"
@@ -95,18 +97,23 @@ def _chapter(prefix: str) -> str:
 PLAN_SHARED_CHAPTERS = (("10", "small", 240), ("09", "small", 240), ("08", "small", 200),
                         ("11", "full", 180), ("07", "full", 150), ("06", "full", 150),
                         ("02", "full", 120), ("01", "full", 90), ("04", "full", 90))
-PLAN_SETS = (("ps3", 240), ("ps5", 200), ("ps8", 200), ("ps6", 200), ("ps4", 180),
-             ("ps7", 180), ("ps2", 150), ("ps1", 150))
+PLAN_SET_S = {"ps3": 240, "ps5": 200, "ps8": 200, "ps6": 200, "ps4": 180, "ps7": 180, "ps2": 150,
+              "ps1": 150}
+# A set with no estimate yet (a new one, found by its folder) gets this many seconds.
+PLAN_NEW_SET_S = 180
 
 
 def plan() -> list[Part]:
     """Every part, in the order it starts (exclusive first; then the longest first)."""
+    from grader.problems import sets
+
     parts = [Part("bound", "bound", "-", 60, "exclusive"),
              Part("chapter", _chapter("05"), "full", 150, "exclusive"),
              Part("chapter", _chapter("03"), "full", 150, "exclusive")]
     shared = [Part("chapter", _chapter(p), size, budget, "shared")
               for p, size, budget in PLAN_SHARED_CHAPTERS]
-    shared += [Part("set", ps, "-", budget, "shared") for ps, budget in PLAN_SETS]
+    shared += [Part("set", ps, "-", PLAN_SET_S.get(ps, PLAN_NEW_SET_S), "shared")
+               for ps in sets.names()]
     return parts + sorted(shared, key=lambda p: -p.budget_s)
 
 
@@ -545,10 +552,13 @@ def collect(work: str, parts: list[Part], endings: dict, meta: dict) -> dict:
     return data
 
 
-def proposed_floors(data: dict, device_class: str, floors_file: str) -> dict:
-    """``floors_file``'s floors with ``device_class``'s set from this run's reference speedups
-    (the last graded attempt of each set); the other classes' kept."""
-    floors = _read_json(floors_file, {})
+def proposed_floors(data: dict, device_class: str, floors_file: str | None) -> dict:
+    """``floors_file``'s floors (default: every set's shipped ones) with ``device_class``'s set
+    from this run's reference speedups (the last graded attempt of each set); the other classes'
+    kept."""
+    from grader.problems import sets
+
+    floors = _read_json(floors_file, {}) if floors_file else sets.all_floors()
     for report in data["sets"].values():
         attempts = report.get("attempts") or []
         if not attempts:
@@ -618,8 +628,8 @@ def report(data: dict) -> str:
                                                                 else "fail")])
     out += ["## Problem sets: the instructor's solutions graded through the judge on this device",
             "", "Floor: 80% of the reference speedup measured here, at least 1.0x "
-            "(`floors.json` beside this file holds them, to copy over "
-            "`grader/checks/floors.json`).", "",
+            "(`floors.json` beside this file holds them: `python -m grader.cli ship-floors "
+            "floors.json` writes them into the sets' folders).", "",
             markdown_table(["problem", "sandbox", "status", "verdicts", "reference speedup",
                             "floor", "graph child"], set_rows) if set_rows else "(no set ran)",
             "", markdown_table(["set", "test cell", "points", "verdict"], cell_rows)
@@ -646,14 +656,14 @@ def _mib(told: dict) -> str:
 
 
 def write_files(out: str, work: str, parts: list[Part], endings: dict, meta: dict,
-                floors_file: str) -> dict:
+                floors_file: str | None) -> dict:
     """The files of :data:`OUT_FILES` in ``out``, from what ``work`` holds now."""
     os.makedirs(out, exist_ok=True)
     data = collect(work, parts, endings, meta)
     floors = proposed_floors(data, meta["device_class"], floors_file)
     texts = {"gpu-check.md": report(data),
              "gpu-check.json": json.dumps(data, indent=1, default=str),
-             "floors.json": json.dumps(floors, indent=2, sort_keys=True) + "\n"}
+             files.SET_FLOORS: json.dumps(floors, indent=2, sort_keys=True) + "\n"}
     logs = []
     for part in parts:
         try:
@@ -728,7 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "off"),
                         help="the subjects' sandbox for the sets (auto: as make grade finds)")
     parser.add_argument("--floors-file", default=None,
-                        help="the floors to update (default: grader/checks/floors.json)")
+                        help="the floors to update (default: every set's, "
+                             "grader/problems/psN/floors.json)")
     parser.add_argument("--bundle", default=os.path.join(REPO_ROOT, BUNDLE_DIR),
                         help="where make gpu-bundle put what this machine lacks")
     parser.add_argument("--part", nargs=2, metavar=("KIND", "NAME"), help=argparse.SUPPRESS)
@@ -741,8 +752,6 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     import torch
-
-    from grader.checks.targets import FLOORS_FILE
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -759,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     extra_path, torchvision_line = torchvision_bundle(args.bundle, work)
     meta = _meta(device, args, torchvision_line)
     parts = select(plan(), args.chapters, args.sets, args.no_bound)
-    floors_file = args.floors_file or FLOORS_FILE
+    floors_file = args.floors_file
     out = os.path.abspath(args.out)
     print(f"gpu-check: {len(parts)} parts on {meta['device_name']} ({meta['device_class']}), "
           f"torch {meta['torch']}; {torchvision_line}; files in {out}", flush=True)
