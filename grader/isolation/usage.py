@@ -233,9 +233,9 @@ class stopped:
     """Stop every process below ``root`` (SIGSTOP, again for any started meanwhile, until none
     is left running or :data:`STOP_WAIT_S` passed), and continue them on leaving (SIGCONT).
     ``found``: the processes below ``root`` as the caller just listed them (the first look).
-    ``pids`` is every process below ``root`` then; ``still`` whether all of them stopped (a
-    thread inside an uninterruptible system call counts as stopped: it stops when the call
-    returns, before it runs any more of its own code)."""
+    ``pids`` is every process below ``root`` then; ``still`` whether all of them stopped (one
+    inside an uninterruptible system call is waited for, see :func:`_all_stopped`); where they did
+    not within the wait, the measurement is made all the same."""
 
     def __init__(self, root: int, below, found: set[int] | None = None):
         self.root, self.list_below = root, below
@@ -277,8 +277,9 @@ class stopped:
 
 
 def _all_stopped(pid: int) -> bool:
-    """Every thread of ``pid`` stopped, or inside a system call it cannot leave but stopped (D:
-    waiting on the disk, say: it runs no more of its own code until continued), or ended."""
+    """Every thread of ``pid`` stopped or ended. One inside an uninterruptible system call (D:
+    waiting on the disk, or for memory in the middle of a fork) is not: the call still lands
+    (a fork made so starts a process that no stop reached), so it is waited for."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -289,7 +290,7 @@ def _all_stopped(pid: int) -> bool:
                 line = fh.read()
         except OSError:
             continue
-        if line[line.rfind(b")") + 2:][:1] not in (b"T", b"t", b"D", b"Z", b"X"):
+        if line[line.rfind(b")") + 2:][:1] not in (b"T", b"t", b"Z", b"X"):
             return False
     return True
 
