@@ -120,3 +120,13 @@ def test_a_new_set_is_graded_to_its_written_down_scores(tmp_path):
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["points"] == {s: found["expected"][s] for s in found["points"]}, found
     assert found["points"]["ada_full"] == 4, found
+
+
+def test_make_grade_takes_the_template_for_no_problem_set():
+    """`make grade` on the course itself grades every set of source/ but the template (a fresh
+    clone's demo run once tried to grade source/_template)."""
+    from grader.cohort.collect import course_assignments
+
+    found = course_assignments(ROOT)
+    assert "_template" not in found and os.path.isdir(os.path.join(ROOT, "source", "_template"))
+    assert found == sorted(sets.names()), found

@@ -49,13 +49,15 @@ def _visible(folder: str) -> list[str]:
 
 
 def course_assignments(course: str) -> list[str]:
-    """The course's problem sets: the folders of ``source/`` (raises ``SystemExit`` saying so
-    when there is no ``source/``)."""
+    """The course's problem sets: the folders of ``source/`` but private ones (``_template``,
+    the folder a new set is copied from) (raises ``SystemExit`` saying so when there is no
+    ``source/``)."""
     folder = os.path.join(course, files.SOURCE)
     if not os.path.isdir(folder):
         raise SystemExit(f"make grade: {course} is not a course folder: it has no {files.SOURCE}/ "
                          f"(nbgrader's source/ASSIGNMENT/ folders, one per problem set)")
-    return [name for name in _visible(folder) if os.path.isdir(os.path.join(folder, name))]
+    return [name for name in _visible(folder) if os.path.isdir(os.path.join(folder, name))
+            and not name.startswith("_")]
 
 
 def holds_files(course: str) -> bool:
