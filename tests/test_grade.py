@@ -143,8 +143,9 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
     assert [r[0] for r in rows] == sorted(cohort)  # each student exactly once
     assert by_student["d_full"].score == by_student["d_full"].max_score
 
-    # Nothing new: nothing is graded, generated or drawn again (nbgrader's own start is ~2 s a
-    # call; a regrade with nothing to do once took a minute for the eight sets).
+    # Nothing new: nothing is graded, generated or drawn again, and no nbgrader process is started
+    # (nbgrader's own start is ~2 s a call; a regrade with nothing to do once took a minute for
+    # the eight sets).
     from grader.cohort import assign
 
     calls = []
@@ -157,10 +158,16 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
         assign.nbgrader = real
     assert {o.status for o in again.outcomes} == {"skipped"}
     assert _gradebook_rows(folder) == rows
-    assert calls == ["export"], calls         # the grades CSV, from the gradebook as it is
+    assert calls == [], calls
     said = capsys.readouterr().out
     assert "graded 0 of 4 submissions" in said and "3 graded before and unchanged since" in said, \
         said
+    # The grades CSV is written again, in this process, from the gradebook as it is.
+    csv_path = os.path.join(folder, "reports", "grades.csv")
+    os.remove(csv_path)
+    again = grade(folder, [ASSIGNMENT], workers=1)
+    with open(csv_path) as fh:
+        assert sorted(r["student_id"] for r in csv.DictReader(fh)) == sorted(cohort)
 
 
 def test_real_submissions_held_for_a_person_exit_2_and_the_summary_lists_them(monkeypatch):

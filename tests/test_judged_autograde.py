@@ -9,6 +9,7 @@ are decided is tested through the judge in tests/test_grade.py and tests/test_pr
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -19,7 +20,7 @@ from grader import _files as files
 from grader.cohort import demo
 from grader.cohort.collect import Submission
 from grader.cohort.judged_autograde import SAVED_OUTPUT_NOTE, WHILE_GRADING, autograde
-from grader.cohort.merge import merge
+from grader.cohort.merge import Graded, merge
 from grader.cohort.scoring import BuiltReferences, grade_notebook, subject_deadlines
 from grader.isolation import judging
 from grader.isolation.judge_job import BUILD_REFERENCES, JudgeReply
@@ -121,15 +122,39 @@ def test_nbgrader_records_the_judged_points_and_shows_the_verdicts_in_the_submis
 
 
 def test_the_merged_gradebook_and_feedback_show_the_judged_points(course, tmp_path):
-    from grader.cohort import assign
+    from grader.cohort import feedback
 
     folder = _judged_folder(tmp_path)
     assert autograde(course, _sub(course), folder) is None
     outcome = merge(course, _sub(course), folder, None, "digest", seconds=12.3)
     assert outcome.status == "graded" and outcome.score == 4.5 and outcome.seconds == 12.3
-    assign.nbgrader("generate_feedback", PS, "--force", cwd=course)
+    said = []
+    feedback.generate_feedback(course, [outcome], log=said.append)   # make grade's own step
     page = open(os.path.join(files.feedback_dir(course, "ann", PS), f"{PS}.html")).read()
     assert NOTE in page and SAVED_OUTPUT_NOTE in page and "17 kernels" in page
+    assert "id='course-wrap'" in page and said == []
+    # Only what this run graded is rendered again: a page already there is left as it is.
+    skipped = dataclasses.replace(outcome, status=Graded.SKIPPED)
+    os.remove(os.path.join(files.feedback_dir(course, "ann", PS), f"{PS}.html"))
+    feedback.generate_feedback(course, [skipped], log=said.append)
+    assert not os.path.exists(os.path.join(files.feedback_dir(course, "ann", PS), f"{PS}.html"))
+
+
+def test_a_feedback_page_nbgrader_cannot_render_is_said_with_its_reason(course, tmp_path):
+    from grader.cohort import feedback
+
+    folder = _judged_folder(tmp_path)
+    assert autograde(course, _sub(course), folder) is None
+    outcome = merge(course, _sub(course), folder, None, "digest", seconds=1.0)
+    # The autograded notebook is gone (a disk cleaned by hand): nbgrader has nothing to render.
+    graded = os.path.join(course, files.AUTOGRADED, "ann", PS)
+    os.rename(graded, graded + ".away")
+    said = []
+    try:
+        feedback.generate_feedback(course, [outcome], log=said.append)
+    finally:
+        os.rename(graded + ".away", graded)
+    assert len(said) == 1 and said[0].startswith(f"feedback: ann/{PS}: nbgrader could not"), said
 
 
 def test_a_score_nbgrader_cannot_record_is_reported_not_changed(course, tmp_path):

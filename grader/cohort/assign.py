@@ -55,6 +55,17 @@ def nbgrader(*args: str, cwd: str = COURSE_ROOT, check: bool = True) -> subproce
     return proc
 
 
+def course_config(course: str):
+    """The course's nbgrader configuration (its ``nbgrader_config.py``; empty without one), as
+    nbgrader's own apps read it: for the steps that run nbgrader in this process."""
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if not os.path.exists(os.path.join(course, files.NBGRADER_CONFIG)):
+        return Config()
+    return PyFileConfigLoader(files.NBGRADER_CONFIG, course).load_config()
+
+
 GENERATED = ".generated-assignments.json"   # in the course folder: what was generated, from what
 
 

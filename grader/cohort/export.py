@@ -55,6 +55,7 @@ import re
 import zipfile
 
 from grader import _files as files
+from grader.cohort import assign
 
 IDENTITY_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 # Canvas's own export writes the label with leading spaces; its import looks for the words.
@@ -178,13 +179,7 @@ def _missing_columns_warning(missing: list[str], mapping: dict[str, str]) -> str
 
 def _named_regexp(course: str) -> str | None:
     """``c.FileNameCollectorPlugin.named_regexp`` of the course's nbgrader_config.py."""
-    path = os.path.join(course, files.NBGRADER_CONFIG)
-    if not os.path.exists(path):
-        return None
-    from traitlets.config.loader import PyFileConfigLoader
-
-    config = PyFileConfigLoader(os.path.basename(path), os.path.dirname(path)).load_config()
-    value = config.get("FileNameCollectorPlugin", {}).get("named_regexp")
+    value = assign.course_config(course).get("FileNameCollectorPlugin", {}).get("named_regexp")
     return value if isinstance(value, str) and value else None
 
 

@@ -15,14 +15,18 @@ FEEDBACK_STYLE = ("<style id='course-wrap'>pre { white-space: pre-wrap; overflow
                   "</style>")
 
 
-def generate_feedback(course: str, assignments, outcomes) -> None:
-    """Feedback HTML per graded submission of ``assignments`` (``nbgrader generate_feedback``),
-    and a page with the reason for each one that scored zero because it could not be graded."""
-    for assignment in sorted(set(assignments)):
-        assign.nbgrader("generate_feedback", assignment, "--force", cwd=course, check=False)
-        for o in outcomes:
-            if o.submission.assignment == assignment:
-                wrap_feedback_lines(files.feedback_dir(course, o.submission.student, assignment))
+def generate_feedback(course: str, outcomes, log=print) -> None:
+    """Feedback HTML for each submission graded in this run (nbgrader's ``GenerateFeedback``, in
+    this process, one student and assignment at a time: a course of 500 with one new submission
+    renders one page, not 500), and a page with the reason for each one that scored zero because
+    it could not be graded. A page nbgrader could not render is said through ``log``."""
+    for o in outcomes:
+        if o.status == Graded.GRADED:
+            student, assignment = o.submission.student, o.submission.assignment
+            failure = render_feedback(course, assignment, student)
+            if failure:
+                log(f"feedback: {student}/{assignment}: {failure}")
+            wrap_feedback_lines(files.feedback_dir(course, student, assignment))
     for o in outcomes:
         if o.status == Graded.FAILED or (o.status == Graded.SKIPPED and o.reason):
             folder = files.feedback_dir(course, o.submission.student, o.submission.assignment)
@@ -32,6 +36,29 @@ def generate_feedback(course: str, assignments, outcomes) -> None:
                          f"<h1>{o.submission.assignment}: not graded</h1>"
                          f"<p>Your submission scored 0 because it could not be graded:</p>"
                          f"<pre>{html.escape(o.reason)}</pre></body></html>\n")
+
+
+def render_feedback(course: str, assignment: str, student: str) -> str | None:
+    """nbgrader's feedback page of ``student``'s autograded ``assignment`` (``nbgrader
+    generate_feedback ASSIGNMENT --student STUDENT --force``, in this process: nbgrader is
+    imported here already). Returns why it could not be rendered, or None."""
+    import logging
+
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+
+    config = assign.course_config(course)
+    coursedir = CourseDirectory(config=config, root=course, assignment_id=assignment,
+                                student_id=student)
+    quiet = logging.getLogger("grader.feedback")   # its failures are returned, not printed
+    quiet.propagate = False
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+    try:
+        GenerateFeedback(coursedir=coursedir, config=config, log=quiet, force=True).start()
+        return None
+    except Exception as exc:  # nbgrader's NbGraderException, a bad config
+        return f"nbgrader could not render the feedback page: {type(exc).__name__}: {exc}"
 
 
 def wrap_feedback_lines(folder: str) -> None:

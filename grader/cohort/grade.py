@@ -17,7 +17,7 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
                        at a time: nbgrader's autograde of it (grader.cohort.judged_autograde) and
                        its merge into the gradebook (grader.cohort.merge)
     generate_feedback  grader.cohort.feedback
-    export_grades      nbgrader export: reports/grades.csv
+    export_grades      nbgrader's CSV export: reports/grades.csv
     export_canvas      grader.cohort.export: reports/canvas.csv
     write_report       grader.cohort.report: reports/report.html
     summarize          what was graded, and where everything is
@@ -411,9 +411,8 @@ def generate_feedback(run: Run) -> None:
     (:mod:`grader.cohort.feedback`). Runs no learner code."""
     from grader.cohort.feedback import generate_feedback as generate
 
-    # Only where something was graded in this run: the others' pages are there already.
-    generate(run.course, {o.submission.assignment for o in run.outcomes
-                          if o.status != Graded.SKIPPED}, run.outcomes)
+    # Only what was graded in this run: the others' pages are there already.
+    generate(run.course, run.outcomes, log=run.log)
 
 
 def export_grades(run: Run) -> None:
@@ -421,7 +420,15 @@ def export_grades(run: Run) -> None:
     run.report_dir = os.path.join(run.course, files.REPORTS)
     os.makedirs(run.report_dir, exist_ok=True)
     run.csv_path = os.path.join(run.report_dir, files.GRADES_CSV)
-    assign.nbgrader("export", f"--CsvExportPlugin.to={run.csv_path}", cwd=run.course)
+    from nbgrader.api import Gradebook
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.plugins import CsvExportPlugin
+
+    # ``nbgrader export``'s work, as its app does it, in this process (nbgrader is imported here
+    # already: its own process would spend seconds importing it).
+    coursedir = CourseDirectory(config=assign.course_config(run.course), root=run.course)
+    with Gradebook(coursedir.db_url, coursedir.course_id) as gb:
+        CsvExportPlugin(to=run.csv_path).export(gb)
 
 
 def export_canvas(run: Run) -> None:

@@ -43,6 +43,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 from grader import _files as files
+from grader.cohort import assign
 from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
 from grader.cohort.scoring import JudgedScores
@@ -177,8 +178,6 @@ def autograde(course: str, sub: Submission, folder: str) -> str | None:
     graded, or None."""
     from nbgrader.converters import Autograde
     from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
-
     shutil.copy(os.path.join(course, files.NBGRADER_CONFIG), folder)
     shutil.copy(os.path.join(course, files.GRADEBOOK), os.path.join(folder, files.GRADEBOOK))
     shutil.copytree(os.path.join(course, files.SOURCE, sub.assignment),
@@ -191,7 +190,7 @@ def autograde(course: str, sub: Submission, folder: str) -> str | None:
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
     log.addHandler(handler)
     try:
-        config = PyFileConfigLoader(files.NBGRADER_CONFIG, folder).load_config()
+        config = assign.course_config(folder)
         config.Autograde.autograde_preprocessors = autograde_steps()
         config.ClearOutput.enabled = False      # nbgrader's --no-execute: keep the saved outputs
         config.JudgedStep.judged_scores_file = os.path.join(folder, files.JUDGED_SCORES_FILE)
