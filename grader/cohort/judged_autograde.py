@@ -46,7 +46,7 @@ from grader import _files as files
 from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
 from grader.cohort.scoring import JudgedScores
-from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
+from grader.isolation.cells.source import is_autograded_test_cell, nbgrader_meta
 
 # What marks the learner's own outputs in the graded notebook: they come from the learner's run
 # on their own machine (self-check compares with shipped floors there), and nothing of them counts.
