@@ -1,7 +1,7 @@
 """Attacker code run *unscreened* under kernel confinement, each in a subject of its own started as
-the judge starts one (:func:`grader.isolation.sandbox.process.start`), on whatever platform the calling
-test built (tests/fresh_machine.py: root or an ordinary user, a capped Landlock ABI, no cgroups,
-a pod's /proc, Docker's seccomp profile).
+the judge starts one (:func:`grader.isolation.sandbox.process.start`), on whatever platform the
+calling test built (tests/fresh_machine.py: root or an ordinary user, a capped Landlock ABI, no
+cgroups, a pod's /proc, Docker's seccomp profile).
 
 ``python tests/confined_attacks.py NAME...`` prints one JSON object: per attack, what the
 attacker printed and how its subject ended (``exceeded``, ``why``, the exit status), what the

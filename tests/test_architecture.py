@@ -372,7 +372,7 @@ def test_the_judge_names_no_problem_set():
 
 
 def test_the_judge_is_the_list_of_its_steps():
-    """judge.py holds the steps of one job; the evidence, the decision and where it runs are
+    """judge/steps.py holds the steps of one job; the evidence, the decision and where it runs are
     modules of their own (issue 45: at most 400 lines)."""
     lines = open(os.path.join(os.path.dirname(PACKAGE), "grader/isolation/judge/steps.py")).read()
     assert lines.count("\n") <= 400, lines.count("\n")

@@ -1,6 +1,7 @@
-"""The kernel's layers as this package calls them (grader/isolation/sandbox/confine.py) and the Python a
-user id of its own runs (grader/isolation/sandbox/learner_python.py). What confined code can and cannot
-reach is tested where the judge starts it: tests/test_sandbox.py, tests/test_attacks_escape.py.
+"""The kernel's layers as this package calls them (grader/isolation/sandbox/confine.py) and the
+Python a user id of its own runs (grader/isolation/sandbox/learner_python.py). What confined code
+can and cannot reach is tested where the judge starts it: tests/test_sandbox.py,
+tests/test_attacks_escape.py.
 """
 from __future__ import annotations
 

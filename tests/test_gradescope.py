@@ -144,7 +144,8 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
     assert config == {"assignment": ASSIGNMENT, "deadline_s": 540,     # 600 s less 60
                       "require_confinement": False}
     assert "README.md" in names
-    assert {"course/pyproject.toml", "course/grader/cohort/scoring.py", "course/grader/isolation/judge/steps.py",
+    assert {"course/pyproject.toml", "course/grader/cohort/scoring.py",
+            "course/grader/isolation/judge/steps.py",
             f"course/grader/problems/{ASSIGNMENT}/__init__.py",
             f"course/grader/problems/{ASSIGNMENT}/demo_expected.json",
             f"course/grader/problems/{ASSIGNMENT}/gradescope_measured.json",
@@ -493,7 +494,8 @@ def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree, setup_s
 def test_run_autograder_writes_the_reason_when_the_grader_itself_breaks(tree, setup_sh_python):
     """A broken grader (the module that starts its judge missing from the zip): an error nobody
     anticipated."""
-    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge_process.py"))
+    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge",
+                           "judge_process.py"))
     results, stdout = _run_autograder(tree, setup_sh_python)
     assert validate_results(results) == []
     assert results["score"] == 0 and results["extra_data"]["finished"] is False

@@ -61,7 +61,8 @@ def test_learner_code_sees_no_course_no_secrets_and_no_instructor_environment(mo
 def test_the_grader_package_is_readable_and_nothing_outside_tmp_is_writable():
     out = _python(
         "import grader.isolation.sandbox.process, os\n"
-        "for path in ['/usr/x', os.path.dirname(grader.isolation.sandbox.process.__file__) + '/x', '/x']:\n"
+        "package = os.path.dirname(grader.isolation.sandbox.process.__file__)\n"
+        "for path in ['/usr/x', package + '/x', '/x']:\n"
         "    try:\n"
         "        open(path, 'w')\n"
         "        print('WROTE', path)\n"

@@ -3,8 +3,8 @@ evidence a check may need (:class:`Need`) and the form a check is declared in (:
 the checks themselves are :mod:`grader.checks.declared`, one module each).
 
 A problem's result is a JSON dict (``{"status": ..., "checks": {name: {...}}}``) because it
-crosses a process boundary (the judge's, :mod:`grader.isolation.judge.steps`, to the process that scores
-it); it is read through :class:`ProblemResult`.
+crosses a process boundary (the judge's, :mod:`grader.isolation.judge.steps`, to the process that
+scores it); it is read through :class:`ProblemResult`.
 The names it may contain are defined here, and every module compares against these.
 """
 from __future__ import annotations
@@ -100,12 +100,12 @@ NEEDS_A_REFERENCE = (Need.GRAPH, Need.TIMINGS, Need.JOB_FIGURES)
 
 class Case(Protocol):
     """What a check's ``decide`` is given: one problem's evidence, as the judge gathered and
-    checked it (:class:`grader.isolation.judge.deciding.JudgedCase` is the one there is). Only what the check
-    declared it needs is there; the rest is ``None`` or empty."""
+    checked it (:class:`grader.isolation.judge.deciding.JudgedCase` is the one there is). Only what
+    the check declared it needs is there; the rest is ``None`` or empty."""
 
     problem: Any            # the grader.problems.Problem
     device: str
-    evidence: Any           # what the subject sent, checked (isolation.evidence.record.Evidence)
+    evidence: Any           # what the subject sent, checked (judge.evidence.record.Evidence)
     graph: Any              # Need.GRAPH: the judge's verdict on the rebuilt graph, or None
     side: Any               # the problem's reference side (baseline, reference, job figures)
     outcomes: dict          # the checks decided so far, by name (the declared order)

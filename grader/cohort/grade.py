@@ -26,9 +26,9 @@ Every file name is in :mod:`grader._files`.
 
 Trust: points are decided by processes that never run learner code: the judged scoring
 (:mod:`grader.cohort.scoring`) reads and screens the solution cells, a judge process
-(:mod:`grader.isolation.judge.steps`, one per worker) grades each problem, and the test cells are scored
-from ``TEST_CELLS``. The learner's code runs only in the judge's sandboxed subject, which sees
-neither the course nor the gradebook nor ``source/``; nbgrader runs no cell of the notebook.
+(:mod:`grader.isolation.judge.steps`, one per worker) grades each problem, and the test cells are
+scored from ``TEST_CELLS``. The learner's code runs only in the judge's sandboxed subject, which
+sees neither the course nor the gradebook nor ``source/``; nbgrader runs no cell of the notebook.
 
 Why one module: it is the run itself, its steps in the order they run, each handing
 its work to another module; split, a reader would follow one run across files to see what
@@ -195,8 +195,8 @@ def prepare_gradebook(run: Run) -> None:
 
 
 def start_judges(run: Run) -> None:
-    """One judge process per worker (:mod:`grader.isolation.judge.steps`: it never runs learner code,
-    decides every point, and keeps each problem's baseline and reference compiled for every
+    """One judge process per worker (:mod:`grader.isolation.judge.steps`: it never runs learner
+    code, decides every point, and keeps each problem's baseline and reference compiled for every
     submission it grades), each given the problem sets' references now, before the first
     submission. Judges share one compiler cache, so the second compiles nothing the first did;
     the first one's measured figures (ps3 q1) are handed to the others, so every submission of
@@ -265,7 +265,8 @@ class JudgeCache:
     compiles the references from cache hits instead of cold. One folder per grader code, torch
     and machine (older ones are removed), beside the first, cold, build's seconds of each set
     (``cold.json``): the subjects' deadlines follow what compiling the references costs on this
-    machine (:func:`grader.isolation.judge.judging.subject_deadline_s`), not what a warm cache makes it."""
+    machine (:func:`grader.isolation.judge.judging.subject_deadline_s`), not what a warm cache makes
+    it."""
 
     def __init__(self, folder: str):
         self.folder = folder

@@ -29,12 +29,12 @@ at the deadline (the time limit less a minute) and on any error of the grader.
 ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test runs ``run_autograder`` on a fake tree).
 
 Isolation: Gradescope runs each submission in a fresh container. bubblewrap is used when it can
-run there (:func:`grader.isolation.sandbox.process.probe`); Docker's default settings usually forbid the user
-namespaces it needs. Without it the subject (the only process that runs learner code: the judge,
-:mod:`grader.isolation.judge.steps`, decides everything) gets kernel confinement where the container's
-kernel and seccomp profile allow it (Landlock, seccomp, an unprivileged user id of its own, every
-process it starts killed and counted: the same as ``make grade``, tried for real), else, as
-Gradescope advises, at least an unprivileged user id; and ``/autograder/source/course/source``
+run there (:func:`grader.isolation.sandbox.process.probe`); Docker's default settings usually forbid
+the user namespaces it needs. Without it the subject (the only process that runs learner code: the
+judge, :mod:`grader.isolation.judge.steps`, decides everything) gets kernel confinement where the
+container's kernel and seccomp profile allow it (Landlock, seccomp, an unprivileged user id of its
+own, every process it starts killed and counted: the same as ``make grade``, tried for real), else,
+as Gradescope advises, at least an unprivileged user id; and ``/autograder/source/course/source``
 (the reference solution) is closed to it (``chmod 700``) before anything runs. ``results.json``
 records which (``extra_data.isolation``), and the autograder's stdout, shown to instructors only,
 says so. The confinement is this package's own code (ctypes): setup.sh installs nothing for it.

@@ -4,9 +4,9 @@ For a submitted notebook this process (the trusted parent)
 
 1. reads the learner's solution cells from the ``.ipynb`` (by their nbgrader ``grade_id``);
 2. screens them (:mod:`grader.isolation.cells.screen`), then has the judge grade every problem of
-   the set (:mod:`grader.isolation.judge.steps`: a process that never runs learner code; the learner's
-   code runs in a sandboxed subject that answers its requests), against the reference solution
-   from the instructor's ``source/``;
+   the set (:mod:`grader.isolation.judge.steps`: a process that never runs learner code; the
+   learner's code runs in a sandboxed subject that answers its requests), against the reference
+   solution from the instructor's ``source/``;
 3. scores every autograded test cell from the problem set's ``TEST_CELLS``
    (:func:`grader.isolation.cell_scores.score_cell`) from the judge's verdicts;
 4. writes it all to one JSON file: the points and text of each test cell, each problem's result,
@@ -120,11 +120,12 @@ class BuiltReferences:
     @property
     def reference_s(self) -> float | None:
         """What loading and compiling the set's reference took the judge on this machine, from
-        which its subjects' deadlines follow (:func:`grader.isolation.judge.judging.subject_deadline_s`):
-        the slowest of each timed problem's reference side (the reference loaded, its graph
-        captured and compiled, the baseline compiled) and each planning question's slowest cold
-        first call (a compile of the given model); None when nothing was built. Read it from the
-        run's first judge: the others compile from its cache."""
+        which its subjects' deadlines follow
+        (:func:`grader.isolation.judge.judging.subject_deadline_s`): the slowest of each timed
+        problem's reference side (the reference loaded, its graph captured and compiled, the
+        baseline compiled) and each planning question's slowest cold first call (a compile of the
+        given model); None when nothing was built. Read it from the run's first judge: the others
+        compile from its cache."""
         figures = [float(s) for key, s in self.seconds.items() if key not in self.measured_jobs]
         figures += [max(map(float, f["first_call_s"].values()))
                     for f in self.measured_jobs.values() if f.get("first_call_s")]
@@ -134,9 +135,9 @@ class BuiltReferences:
 def build_references(assignment: str, course: str, judge, *, device: str | None = None,
                      measured_jobs: dict | None = None) -> BuiltReferences:
     """Build each timed problem's baseline and reference in ``judge`` (a running
-    :class:`grader.isolation.judge.judge_process.JudgeProcess`) before the first submission. A planning
-    question's figures (ps3 q1's cost of each mode) are measured by the run's first judge and
-    handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
+    :class:`grader.isolation.judge.judge_process.JudgeProcess`) before the first submission. A
+    planning question's figures (ps3 q1's cost of each mode) are measured by the run's first judge
+    and handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
     submission of a run is judged on the same figures, and they are measured once, not once per
     worker or Ray task."""
     from grader.isolation.judge import judging
@@ -206,13 +207,13 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                    progress: Callable[[JudgedScores], None] | None = None) -> JudgedScores:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
-    ``judge``: a running :class:`grader.isolation.judge.judge_process.JudgeProcess` (a grading run keeps one
-    per worker, its references built; by default one is started for this notebook, and builds
-    them first). ``timeout_s``: the subject's deadline per solution cell; by default it follows
-    ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the references
-    when not given; :func:`grader.isolation.judge.judging.subject_deadline_s`). ``memory_bytes``: the
-    subject's address-space limit on CPU (``--memory-gb``). ``screen``: only the
-    grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
+    ``judge``: a running :class:`grader.isolation.judge.judge_process.JudgeProcess` (a grading run
+    keeps one per worker, its references built; by default one is started for this notebook, and
+    builds them first). ``timeout_s``: the subject's deadline per solution cell; by default it
+    follows ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the
+    references when not given; :func:`grader.isolation.judge.judging.subject_deadline_s`).
+    ``memory_bytes``: the subject's address-space limit on CPU (``--memory-gb``). ``screen``: only
+    the grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
     out)."""

@@ -99,8 +99,8 @@ class GradeSettings:
 
     def probed(self, sandbox: str) -> "GradeSettings":
         """These settings with the sandbox the run probed (``'bwrap'``, ``'kernel'`` or
-        ``'off'``, :meth:`grader.isolation.sandbox.process.Isolation.setting`): what each submission's
-        attempt is graded with, here or on a Ray node that probes it again."""
+        ``'off'``, :meth:`grader.isolation.sandbox.process.Isolation.setting`): what each
+        submission's attempt is graded with, here or on a Ray node that probes it again."""
         return dataclasses.replace(self, sandbox=sandbox)
 
     @property

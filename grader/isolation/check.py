@@ -5,13 +5,14 @@
 >>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
 >>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 
-Everything is decided by a judge process that never runs learner code (:mod:`grader.isolation.judge.steps`):
-the learner's code, taken from the *source* of the cell that defined ``FixedModel`` and screened
-first (:mod:`grader.isolation.cells.screen`), runs in a fresh sandboxed subject process that
-answers the judge's requests; the judge checks its outputs, checks and times the graph it
-compiled to, and computes every verdict. Where the course's ``source/`` folder is at hand (an
-instructor's machine), the reference solution is measured in the same run; elsewhere (a
-student's machine, Colab) the shipped per-device floors are used, and the verdict says so.
+Everything is decided by a judge process that never runs learner code
+(:mod:`grader.isolation.judge.steps`): the learner's code, taken from the *source* of the cell that
+defined ``FixedModel`` and screened first (:mod:`grader.isolation.cells.screen`), runs in a fresh
+sandboxed subject process that answers the judge's requests; the judge checks its outputs, checks
+and times the graph it compiled to, and computes every verdict. Where the course's ``source/``
+folder is at hand (an instructor's machine), the reference solution is measured in the same run;
+elsewhere (a student's machine, Colab) the shipped per-device floors are used, and the verdict says
+so.
 
 During ``make grade`` nothing here runs: the judged scoring (:mod:`grader.cohort.scoring`)
 measures every problem of a submission in a process that never runs learner code and scores each
@@ -20,9 +21,10 @@ test cell from the problem set's ``TEST_CELLS`` with
 those verdicts (:mod:`grader.cohort.judged_autograde`).
 
 This module is the notebook's API only (``check``, ``evaluate`` and its settings
-:class:`EvaluateSettings`, ``run_test``, ``skip_while_grading``); the judge's job is built in :mod:`grader.isolation.judge.judging`, a test cell is
-scored in :mod:`grader.isolation.cell_scores` (both this and ``make grade`` use it), and the
-reference solution is found in :mod:`grader.isolation.judge.reference_cells`.
+:class:`EvaluateSettings`, ``run_test``, ``skip_while_grading``); the judge's job is built in
+:mod:`grader.isolation.judge.judging`, a test cell is scored in :mod:`grader.isolation.cell_scores`
+(both this and ``make grade`` use it), and the reference solution is found in
+:mod:`grader.isolation.judge.reference_cells`.
 """
 from __future__ import annotations
 
@@ -68,10 +70,10 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, judge=None
              settings: EvaluateSettings | None = None, **options) -> Evaluation:
     """Grade ``key`` from the source of ``objects`` (or from ``cells``): a judge process runs the
     learner's code in a sandboxed subject and decides every verdict itself
-    (:mod:`grader.isolation.judge.steps`), as ``settings`` and the :class:`EvaluateSettings` fields in
-    ``options`` say. ``judge``: a running
-    :class:`grader.isolation.judge.judge_process.JudgeProcess` (a grading run keeps one per worker; by
-    default a new one is started).
+    (:mod:`grader.isolation.judge.steps`), as ``settings`` and the :class:`EvaluateSettings` fields
+    in ``options`` say. ``judge``: a running
+    :class:`grader.isolation.judge.judge_process.JudgeProcess` (a grading run keeps one per worker;
+    by default a new one is started).
     """
     from grader.isolation.cells.screen import describe, screen_cells
 

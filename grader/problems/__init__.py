@@ -2,7 +2,8 @@
 
 A problem set is a package ``grader/problems/psN/`` (found by its folder: :mod:`grader.problems.sets`)
 whose ``__init__.py`` defines ``PROBLEMS = {key: Problem(...)}`` and ``TEST_CELLS``. The student notebook imports the baseline from here (``from grader.problems.ps1 import *``), and the
-judge and the subject (:mod:`grader.isolation.judge.steps`) rebuild it from here, never from the learner's kernel.
+judge and the subject (:mod:`grader.isolation.judge.steps`) rebuild it from here, never from the
+learner's kernel.
 """
 from __future__ import annotations
 

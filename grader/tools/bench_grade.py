@@ -36,8 +36,8 @@ def _cohort(students: int) -> dict[str, str]:
 def sandbox_modes(asked: str = "bwrap,kernel") -> list[tuple[str, str]]:
     """The confinements to measure (``asked``: a comma list of ``bwrap``, ``kernel``, ``off``),
     each as the ``--sandbox`` value to grade with and the words that name what the run really
-    used (:meth:`grader.isolation.sandbox.process.Isolation.describe`, probed for real); a confinement
-    this machine cannot give is left out, and so is a duplicate (``off`` where kernel
+    used (:meth:`grader.isolation.sandbox.process.Isolation.describe`, probed for real); a
+    confinement this machine cannot give is left out, and so is a duplicate (``off`` where kernel
     confinement works grades as ``kernel``)."""
     from grader.isolation.sandbox import process
 

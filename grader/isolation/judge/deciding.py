@@ -115,8 +115,8 @@ def decide(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str
 
 def graph_verdict(case: JudgedCase) -> graph_evidence.GraphVerdict:
     """The judge's verdict on the learner's rebuilt graph
-    (:func:`grader.isolation.judge.evidence.graph.validate`), failed where it is one graph but not the
-    problem set's lesson (``Problem.lessons``, declared by the set): no structural point
+    (:func:`grader.isolation.judge.evidence.graph.validate`), failed where it is one graph but not
+    the problem set's lesson (``Problem.lessons``, declared by the set): no structural point
     either."""
     verdict = graph_evidence.validate(case.problem, case.side, case.evidence, case.device)
     if not verdict.ok:

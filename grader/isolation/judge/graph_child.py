@@ -1,7 +1,7 @@
 """The judge's own work on a learner's graph, in a child of the judge with limits of its own.
 
-The judge (:mod:`grader.isolation.judge.steps`) never runs learner Python, but it does compile and run
-the learner's graph (rebuilt from data it checked): a graph can be made to cost far more than
+The judge (:mod:`grader.isolation.judge.steps`) never runs learner Python, but it does compile and
+run the learner's graph (rebuilt from data it checked): a graph can be made to cost far more than
 its problem needs. So the checks of one problem's graph run in a child forked from the judge
 after its references are built (:func:`run_bounded`): the child inherits the built baseline and
 reference (nothing is rebuilt, nothing of the learner's is imported), keeps only the environment

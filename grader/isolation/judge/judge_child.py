@@ -1,6 +1,6 @@
 """Where the judge's checks of one learner graph run, and under what limits: on a CPU in a child
-with its own memory and time limits (:mod:`grader.isolation.judge.graph_child`), forked from the judge
-for an inference problem, from the judge's zygote for a training problem (whose checks run
+with its own memory and time limits (:mod:`grader.isolation.judge.graph_child`), forked from the
+judge for an inference problem, from the judge's zygote for a training problem (whose checks run
 backward, which a child forked from a judge that ran backward could not), the evidence sent to
 it as data (:func:`grader.isolation.judge.evidence.record.to_wire`); on a GPU in a child spawned for
 each decision (:mod:`grader.isolation.judge.spawned_child`: a CUDA context does not survive a fork),
@@ -177,7 +177,8 @@ def decided(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[st
 
 
 def job_for_the_child(job: JudgeJob) -> dict:
-    """What of the job :func:`grader.isolation.judge.deciding.decide` reads, as data (the cells are not sent)."""
+    """What of the job :func:`grader.isolation.judge.deciding.decide` reads, as data (the cells are
+    not sent)."""
     return dataclasses.replace(job, learner_cells=(), reference_cells={}).to_dict()
 
 

@@ -6,7 +6,8 @@ The judge reads a job off its pipe with :meth:`JudgeJob.from_dict` before it doe
 job that is not well formed is refused there, whole, with a :class:`MalformedJob` that names what
 is wrong (the driver's bug, reported as a grader error, never as the learner's); past that point
 the judge reads typed fields and no field has a fallback. The driver reads the reply with
-:meth:`JudgeReply.from_dict` likewise. The job is built by :func:`grader.isolation.judge.judging.job_for`.
+:meth:`JudgeReply.from_dict` likewise. The job is built by
+:func:`grader.isolation.judge.judging.job_for`.
 """
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from grader.isolation.cells.source import Cell
 GRADE = "grade"
 BUILD_REFERENCES = "build references"
 OPERATIONS = (GRADE, BUILD_REFERENCES)
-SANDBOX_SETTINGS = ("auto", "bwrap", "kernel", "off")   # grader.isolation.sandbox.process.probe's modes
-ISOLATION_MODES = ("bwrap", "kernel", "none")            # what sandbox.probe found
+# grader.isolation.sandbox.process.probe's modes
+SANDBOX_SETTINGS = ("auto", "bwrap", "kernel", "off")
+ISOLATION_MODES = ("bwrap", "kernel", "none")            # what process.probe found
 DEFAULT_TIMEOUT_S = 300.0   # the subject's deadline where no one measured one
 
 

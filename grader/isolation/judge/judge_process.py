@@ -2,8 +2,8 @@
 the process that holds the gradebook (a worker of ``make grade``, a Ray task, Gradescope's
 ``run_autograder``) or by a notebook's kernel for self-check: :class:`JudgeProcess` sends it jobs
 and reads its replies with a deadline, and starts it again when it died or hung. What goes each way
-is typed (:mod:`grader.isolation.judge.judge_job`): a :class:`JudgeJob` is sent, a :class:`JudgeReply`
-comes back, each converted to and from JSON in one place.
+is typed (:mod:`grader.isolation.judge.judge_job`): a :class:`JudgeJob` is sent, a
+:class:`JudgeReply` comes back, each converted to and from JSON in one place.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A job for the judge, made and run (one ``jobs`` module a meaning: ps3's jobs of N calls are
-:mod:`grader.checks.jobs`): :func:`job_for` builds the :class:`~grader.isolation.judge.judge_job.JudgeJob` for
-a group of problems that share the learner's cells (with the reference solution's cells where
-``source/`` is at hand), :func:`subject_deadline_s` and :func:`judge_timeout` say how long its
-subject and its judge may take, and :func:`run_job` has a judge process grade it. Used by the
-notebook's self-check (:mod:`grader.isolation.check`) and by ``make grade``
-(:mod:`grader.cohort.scoring`) alike.
+:mod:`grader.checks.jobs`): :func:`job_for` builds the
+:class:`~grader.isolation.judge.judge_job.JudgeJob` for a group of problems that share the learner's
+cells (with the reference solution's cells where ``source/`` is at hand), :func:`subject_deadline_s`
+and :func:`judge_timeout` say how long its subject and its judge may take, and :func:`run_job` has a
+judge process grade it. Used by the notebook's self-check (:mod:`grader.isolation.check`) and by
+``make grade`` (:mod:`grader.cohort.scoring`) alike.
 """
 from __future__ import annotations
 
@@ -128,9 +128,9 @@ def judge_timeout(job: JudgeJob) -> float:
 
 
 def run_job(job: JudgeJob, judge=None) -> dict[str, dict]:
-    """Grade ``job`` with ``judge`` (a :class:`grader.isolation.judge.judge_process.JudgeProcess`; by default
-    a new one, for this job only); returns ``{key: result dict}``. A judge that fails makes a
-    grader-error result for each problem, with the reason."""
+    """Grade ``job`` with ``judge`` (a :class:`grader.isolation.judge.judge_process.JudgeProcess`;
+    by default a new one, for this job only); returns ``{key: result dict}``. A judge that fails
+    makes a grader-error result for each problem, with the reason."""
     from grader.isolation.judge.judge_process import JudgeProcess
 
     own = judge is None

@@ -1,12 +1,12 @@
 """The judge's checks of a learner's graph on a GPU: in a spawned child with its own memory bound.
 
 On a CPU the judge checks a learner's graph in a child forked from itself or from its zygote
-(:mod:`grader.isolation.judge.graph_child`). A CUDA context does not survive a fork (torch refuses to
-initialise CUDA again in a forked child of a process that had), so on a GPU the child is
-*spawned*: a fresh Python (``python -m grader.isolation.judge.spawned_child``) that is sent one request,
-as a child of the zygote is: it calls ``ENTRY(request, blob)`` (the judge's
-:func:`grader.isolation.judge.judge_child.training_worker`: the problem's reference side built again from
-the instructor's cells, the learner's evidence rebuilt from the data the judge sends), which
+(:mod:`grader.isolation.judge.graph_child`). A CUDA context does not survive a fork (torch refuses
+to initialise CUDA again in a forked child of a process that had), so on a GPU the child is
+*spawned*: a fresh Python (``python -m grader.isolation.judge.spawned_child``) that is sent one
+request, as a child of the zygote is: it calls ``ENTRY(request, blob)`` (the judge's
+:func:`grader.isolation.judge.judge_child.training_worker`: the problem's reference side built again
+from the instructor's cells, the learner's evidence rebuilt from the data the judge sends), which
 returns the work to run under the bound; then it bounds its own memory, runs the work, checks
 the bound held, and answers once on its reply pipe.
 
@@ -25,8 +25,8 @@ Its memory bound, on the device the problem runs on:
   where the whole path (the spawn, the request, the reference side rebuilt, the answer) is
   driven end to end.
 
-The endings are :class:`grader.isolation.judge.graph_child.Bounded`'s: ``done``, ``memory``, ``time``
-(killed, with its process group, at the time limit), ``failed`` (the grader's own failure).
+The endings are :class:`grader.isolation.judge.graph_child.Bounded`'s: ``done``, ``memory``,
+``time`` (killed, with its process group, at the time limit), ``failed`` (the grader's own failure).
 ``--device-memory MODULE:CLASS`` names the class that bounds and reads the device's memory
 (:class:`CudaMemory` on a GPU; none on a CPU); the tests name a fake of it, to drive the CUDA
 path's protocol and refusals on a CPU.

@@ -2,16 +2,16 @@
 
 One submission's problems are graded in three roles, each a process of its own (docs/trust.md):
 
-- the **subject** (:mod:`grader.isolation.sandbox.subject`, sandboxed) runs the learner's code and answers
-  the judge's requests; it holds nothing of value, and whatever it says is data to check;
+- the **subject** (:mod:`grader.isolation.sandbox.subject`, sandboxed) runs the learner's code and
+  answers the judge's requests; it holds nothing of value, and whatever it says is data to check;
 - the **judge** (this module, a process that never executes learner code) chooses every input,
   checks every output, rebuilds the graph the subject captured from data and checks it
   (:mod:`grader.checks.graph_artifact`), compiles it with Inductor itself, counts its kernels,
   times it, and computes every verdict;
-- the **reference side** (:mod:`grader.isolation.judge.reference_side`, kept by the judge process that
-  never runs learner code either) holds the problem's baseline model and the instructor's reference
-  solution, compiled once per judge process and shared by every submission it grades (for a
-  planning question, the figures its hidden jobs are judged on, measured once per run).
+- the **reference side** (:mod:`grader.isolation.judge.reference_side`, kept by the judge process
+  that never runs learner code either) holds the problem's baseline model and the instructor's
+  reference solution, compiled once per judge process and shared by every submission it grades (for
+  a planning question, the figures its hidden jobs are judged on, measured once per run).
 
 The subject as the judge sees it is :mod:`grader.isolation.judge.subject_session`; the judge as the
 driver sees it, a process to send jobs to, is :mod:`grader.isolation.judge.judge_process`.
@@ -38,19 +38,20 @@ The order, for one group of problems that share the learner's cells (:meth:`Judg
    fresh Python that never ran backward; on a GPU a spawned child with a bound on its CUDA
    memory (:mod:`grader.isolation.judge.spawned_child`: a CUDA context does not survive a fork).
 
-``python -m grader.isolation.judge.steps --serve --reply-fd N`` grades jobs from stdin until it closes
-(``make grade`` keeps one per worker slot: :class:`grader.isolation.judge.judge_process.JudgeProcess`);
-``--once`` grades one (self-check). A job is read off the pipe and checked once, whole
-(:class:`grader.isolation.judge.judge_job.JudgeJob`: a malformed one is refused, a grader error); the
-reply is a :class:`grader.isolation.judge.judge_job.JudgeReply`.
+``python -m grader.isolation.judge.steps --serve --reply-fd N`` grades jobs from stdin until it
+closes (``make grade`` keeps one per worker slot:
+:class:`grader.isolation.judge.judge_process.JudgeProcess`); ``--once`` grades one (self-check). A
+job is read off the pipe and checked once, whole
+(:class:`grader.isolation.judge.judge_job.JudgeJob`: a malformed one is refused, a grader error);
+the reply is a :class:`grader.isolation.judge.judge_job.JudgeReply`.
 
 This module is the list of those steps (:meth:`Judge._grade`); each step is a module of its own:
 the evidence, one part per kind, each its request to the subject, the judge's validation and its
-fields (:mod:`grader.isolation.judge.evidence`: :mod:`~grader.isolation.judge.evidence.gather` asks for
-them); the decision, each check by its declaration (:mod:`grader.checks.declared`) in the
+fields (:mod:`grader.isolation.judge.evidence`: :mod:`~grader.isolation.judge.evidence.gather` asks
+for them); the decision, each check by its declaration (:mod:`grader.checks.declared`) in the
 declared order (:mod:`grader.isolation.judge.deciding`); where and under what limits it runs
-(:mod:`grader.isolation.judge.judge_child`). What a problem set teaches beyond one graph is declared by
-the set (``Problem.lessons``, a planning question's check): the judge names no check and no
+(:mod:`grader.isolation.judge.judge_child`). What a problem set teaches beyond one graph is declared
+by the set (``Problem.lessons``, a planning question's check): the judge names no check and no
 problem set.
 """
 from __future__ import annotations

@@ -19,7 +19,8 @@ from grader.common.wire import ProtocolError
 from grader.isolation.sandbox import channel, process
 
 
-# What the learner reads when a limit stopped their code (grader.isolation.sandbox.process.Running.exceeded).
+# What the learner reads when a limit stopped their code
+# (grader.isolation.sandbox.process.Running.exceeded).
 EXCEEDED = {
     "disk": "your code wrote more to disk than a submission may",
     "memory": "your code used more memory than a submission may (counted as the kernel counts "
@@ -168,7 +169,8 @@ class SubjectSession:
 
     def _remove_home(self) -> None:
         """Remove the subject's folder whatever learner code left in it (folder chains past
-        PATH_MAX, folders without read rights: :func:`grader.isolation.sandbox.usage.remove_tree`)."""
+        PATH_MAX, folders without read rights:
+        :func:`grader.isolation.sandbox.usage.remove_tree`)."""
         if self.home:
             import sys
 

@@ -8,7 +8,8 @@ which this user may write (the unified hierarchy's root as root on a host; a fol
 delegated to a user; or the folder ``COURSE_CGROUPS`` names), else cgroup v1's ``memory`` and
 ``pids`` hierarchies where they are writable (below this process's own group, else at their
 root). Containers usually give neither: then :func:`available` says why, and the subject's limits
-are the ones :mod:`grader.isolation.sandbox.process` sets without it (docs/trust.md says which hold).
+are the ones :mod:`grader.isolation.sandbox.process` sets without it (docs/trust.md says which
+hold).
 
 Nothing is assumed: :func:`available` makes a group, sets its limits, moves a process into it and
 removes it again, once per process.

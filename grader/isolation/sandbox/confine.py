@@ -1,6 +1,6 @@
 """What the Linux kernel lets a process do to confine itself before it runs learner code, with no
-root, no namespaces and no helper program: the layers :mod:`grader.isolation.sandbox.launcher` puts on
-the subject where bubblewrap cannot run (and inside bubblewrap too, as a second wall).
+root, no namespaces and no helper program: the layers :mod:`grader.isolation.sandbox.launcher` puts
+on the subject where bubblewrap cannot run (and inside bubblewrap too, as a second wall).
 
 - **Landlock** (Linux 5.13+; :func:`landlock_abi` says which version this kernel has): the
   process may read and run files only beneath the paths it is given, write only beneath its own
@@ -16,7 +16,8 @@ the subject where bubblewrap cannot run (and inside bubblewrap too, as a second 
   no fallocate where the disk is measured; where the process shares the grader's user id, no
   chmod, chown, utime or xattr change either (Landlock lets those through), and every call that
   names another process (a signal, a limit, a priority) is decided by the launcher
-  (:class:`grader.isolation.sandbox.supervise.Supervisor`): only the subject's own processes may be named.
+  (:class:`grader.isolation.sandbox.supervise.Supervisor`): only the subject's own processes may be
+  named.
 - **a user namespace of its own** (:func:`own_user_namespace`, an ordinary user's learner code,
   where the kernel allows one): the process limit counts only the subject's own processes.
 - **no_new_privs**: no set-user-id program gives it privileges back.
@@ -362,7 +363,8 @@ def _errno_for(name: str) -> int:
 
 
 def targeted_calls(arch: str) -> dict[str, int]:
-    """The calls :class:`grader.isolation.sandbox.supervise.Supervisor` decides, by name, on ``arch``."""
+    """The calls :class:`grader.isolation.sandbox.supervise.Supervisor` decides, by name, on
+    ``arch``."""
     return {**{"x86_64": _TARGETED_X86_64, "aarch64": _TARGETED_AARCH64}[arch],
             **_TARGETED_COMMON}
 

@@ -2,20 +2,20 @@
 it, and when it ends finds, kills and counts everything it left behind.
 
 ``python -m grader.isolation.sandbox.launcher SPEC -- PROGRAM...`` (built by
-:func:`grader.isolation.sandbox.process.start`; SPEC is JSON). The launcher is trusted code and runs no
-learner code: it
+:func:`grader.isolation.sandbox.process.start`; SPEC is JSON). The launcher is trusted code and runs
+no learner code: it
 
-1. becomes a *child subreaper* (:func:`grader.isolation.sandbox.confine.become_subreaper`), so that every
-   process below it that loses its parent (double-forked, ``setsid``, an empty environment: it
+1. becomes a *child subreaper* (:func:`grader.isolation.sandbox.confine.become_subreaper`), so that
+   every process below it that loses its parent (double-forked, ``setsid``, an empty environment: it
    does not matter) becomes its child, never init's;
 2. forks the child that will run PROGRAM, which, before ``exec``, closes every descriptor but its
    standard ones and the reply channel, starts a session of its own, asks the kernel to kill it
    first when memory runs out (``oom_score_adj`` 1000), and puts on the layers the spec asks for:
    a user namespace of its own (an ordinary user's learner code: its own process count),
    Landlock, another user id (root only), the parent-death signal, seccomp
-   (:mod:`grader.isolation.sandbox.confine`; under bubblewrap they are a second wall, where they work;
-   without it they are required). Where learner code shares the grader's user id, seccomp hands
-   the launcher a listener: every call of the child's that names another process waits for the
+   (:mod:`grader.isolation.sandbox.confine`; under bubblewrap they are a second wall, where they
+   work; without it they are required). Where learner code shares the grader's user id, seccomp
+   hands the launcher a listener: every call of the child's that names another process waits for the
    launcher's decision (:class:`grader.isolation.sandbox.supervise.Supervisor`);
 3. waits until that child ends, or the caller closes the control pipe (its time is up), or
    SIGTERM, answering those calls meanwhile, and every :data:`grader.isolation.sandbox.usage.POLL_S`

@@ -22,16 +22,17 @@ Three ways to confine, tried in this order by :func:`probe` (each for real, neve
 3. **nothing** (``mode == "none"``): limits, a cleared environment and deadlines only; the
    instructor must have asked for it (``--sandbox off``) for real submissions.
 
-In every mode the subject is started by :mod:`grader.isolation.sandbox.launcher`, a child subreaper: every
-process learner code starts, whatever its session, group or environment, stays below it, and is
-killed and counted when the subject ends (:attr:`Running.leftovers`). Limits (``prlimit``):
+In every mode the subject is started by :mod:`grader.isolation.sandbox.launcher`, a child subreaper:
+every process learner code starts, whatever its session, group or environment, stays below it, and
+is killed and counted when the subject ends (:attr:`Running.leftovers`). Limits (``prlimit``):
 address space (CPU only: CUDA reserves a large virtual range), processes and threads, file size,
 no core files; and a wall-clock deadline, after which everything is killed.
 
 Why one long module: every limit, namespace, layer and kill of a learner process is
 decided here, so that a reviewer checks the isolation in one file (the system calls themselves
-are in :mod:`grader.isolation.sandbox.confine`, the launcher's loop in :mod:`grader.isolation.sandbox.launcher`);
-sections follow a process's life (probe, limits, start, wait, kill, clean up).
+are in :mod:`grader.isolation.sandbox.confine`, the launcher's loop in
+:mod:`grader.isolation.sandbox.launcher`); sections follow a process's life (probe, limits, start,
+wait, kill, clean up).
 """
 from __future__ import annotations
 
@@ -646,8 +647,8 @@ class Running:
     """A limited, confined process the caller talks to while it runs (:func:`start`): requests go
     to its stdin, replies come back on a channel of their own (a pipe whose number the process is
     told on its command line), and what it prints is kept apart (the last
-    :data:`OUTPUT_TAIL_BYTES`). Its launcher (:mod:`grader.isolation.sandbox.launcher`) reports how it
-    ended. :meth:`finish` ends it and everything it started."""
+    :data:`OUTPUT_TAIL_BYTES`). Its launcher (:mod:`grader.isolation.sandbox.launcher`) reports how
+    it ended. :meth:`finish` ends it and everything it started."""
 
     def __init__(self, proc: subprocess.Popen, *, token: str, uid: int | None,
                  uid_base: int | None, reply_fd: int | None, report_fd: int, control_fd: int,
@@ -821,8 +822,8 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
           env: dict[str, str] | None = None, home: str | None = None, device: str = "cpu",
           reply: bool = True) -> Running:
     """Start ``argv`` limited and confined as ``isolation`` says, below a launcher
-    (:mod:`grader.isolation.sandbox.launcher`) that finds, kills and counts whatever it leaves running,
-    in a cgroup of its own where this machine lets the grader make one
+    (:mod:`grader.isolation.sandbox.launcher`) that finds, kills and counts whatever it leaves
+    running, in a cgroup of its own where this machine lets the grader make one
     (:mod:`grader.isolation.sandbox.cgroups`).
 
     ``reply``: give it a reply channel, whose number is appended to ``argv`` (``--reply-fd N``).
@@ -890,8 +891,8 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
                                                           "file_bytes": limits.file_bytes},
                 "report_fd": report_w, "control_fd": control_r,
                 "keep_fds": [reply_w] if reply else [], "env": child_env}
-        launcher = [python_executable(), "-m", "grader.isolation.sandbox.launcher", json.dumps(spec),
-                    "--", *program, *(["--reply-fd", str(reply_w)] if reply else [])]
+        launcher = [python_executable(), "-m", "grader.isolation.sandbox.launcher",
+                    json.dumps(spec), "--", *program, *(["--reply-fd", str(reply_w)] if reply else [])]
         nproc = _nproc(limits, counting)
         if isolation.sandboxed:
             box = _bwrap(limits=limits, read_only=read_only, writable=writable, env=env,

@@ -1,12 +1,13 @@
 """The subject: the sandboxed process that runs the learner's code, and holds nothing of value.
 
-Started by the judge (:mod:`grader.isolation.judge.steps`) as ``python -m grader.isolation.sandbox.subject
---reply-fd N`` inside :mod:`grader.isolation.sandbox.process`; requests arrive on stdin, replies leave on
-fd ``N`` (:mod:`grader.isolation.sandbox.channel`: JSON and raw tensor bytes). It has no key, no
-reference solution (not its source, its object or its compiled code), no expected output and no
-clock that counts: the judge chose every input it is given, checks every output it returns and
-decides every point. Assume that anything here can be replaced by the learner (the threat model
-in docs/trust.md): a reply is only ever data for the judge to check.
+Started by the judge (:mod:`grader.isolation.judge.steps`) as ``python -m
+grader.isolation.sandbox.subject --reply-fd N`` inside :mod:`grader.isolation.sandbox.process`;
+requests arrive on stdin, replies leave on fd ``N`` (:mod:`grader.isolation.sandbox.channel`: JSON
+and raw tensor bytes). It has no key, no reference solution (not its source, its object or its
+compiled code), no expected output and no clock that counts: the judge chose every input it is
+given, checks every output it returns and decides every point. Assume that anything here can be
+replaced by the learner (the threat model in docs/trust.md): a reply is only ever data for the judge
+to check.
 
 Requests (``op``):
 

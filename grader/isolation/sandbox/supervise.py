@@ -4,8 +4,8 @@ code runs under the grader's own user id (the grader is not root): a signal (``k
 (``setpriority``, ``sched_setaffinity``, ``ioprio_set``...). The kernel allows all of them between
 processes of one user, so learner code could stop the judge, lower its limits or slow it down;
 Landlock's ABI 6 scopes signals only, and older kernels nothing. The seccomp filter
-(:func:`grader.isolation.sandbox.confine.seccomp_program`, ``Policy.shares_uid``) sends each such call to
-the launcher through seccomp's user notification (Linux 5.5+, older than any Landlock), and
+(:func:`grader.isolation.sandbox.confine.seccomp_program`, ``Policy.shares_uid``) sends each such
+call to the launcher through seccomp's user notification (Linux 5.5+, older than any Landlock), and
 :class:`Supervisor` lets it go ahead only when every process it names belongs to the subject.
 """
 from __future__ import annotations

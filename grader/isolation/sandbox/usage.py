@@ -1,6 +1,6 @@
 """What a subject holds on disk and in processes where no filesystem or cgroup of its own bounds it
-(kernel confinement: :mod:`grader.isolation.sandbox.launcher` measures it every :data:`POLL_S`), and how
-its folder is removed afterwards, whatever learner code made there.
+(kernel confinement: :mod:`grader.isolation.sandbox.launcher` measures it every :data:`POLL_S`), and
+how its folder is removed afterwards, whatever learner code made there.
 
 Every measurement is made by file descriptor, never by path: a folder chain longer than PATH_MAX
 (4,096 bytes), deeper than Python's recursion or than the open-file limit is measured like any

@@ -2,18 +2,18 @@
 (:class:`grader.checks.results.Need`): each part is the request to the subject, the judge's validation of the answer, and the fields of
 :class:`grader.isolation.judge.evidence.record.Evidence` it fills.
 
-- :mod:`~grader.isolation.judge.evidence.outputs` (``Need.OUTPUTS``): the learner's outputs on inputs
-  the judge drew, compared with the original's while the subject runs (``correctness``);
+- :mod:`~grader.isolation.judge.evidence.outputs` (``Need.OUTPUTS``): the learner's outputs on
+  inputs the judge drew, compared with the original's while the subject runs (``correctness``);
 - :mod:`~grader.isolation.judge.evidence.custom_op` (``Need.CUSTOM_OP``): the learner's custom
   operator, as graphs, rebuilt around the problem's kernel (``custom_op``, ``operators``);
-- :mod:`~grader.isolation.judge.evidence.graph` (``Need.GRAPH``): the graph of the traced call, and of
-  each class of inputs whose shapes differ, shipped as data; validated by the judge after the
+- :mod:`~grader.isolation.judge.evidence.graph` (``Need.GRAPH``): the graph of the traced call, and
+  of each class of inputs whose shapes differ, shipped as data; validated by the judge after the
   subject is gone (:func:`~grader.isolation.judge.evidence.graph.validate`, a
   :class:`~grader.isolation.judge.evidence.graph.GraphVerdict`: ``case.graph``);
-- :mod:`~grader.isolation.judge.evidence.compile_count` (``Need.COMPILE_COUNT``): the problem's calls as
-  used, how often a fresh model compiled (``recompiles``);
-- :mod:`~grader.isolation.judge.evidence.rule_answers` (``Need.RULE_ANSWERS``): a planning question's
-  rule on the sizes the question's check draws (``plan``);
+- :mod:`~grader.isolation.judge.evidence.compile_count` (``Need.COMPILE_COUNT``): the problem's
+  calls as used, how often a fresh model compiled (``recompiles``);
+- :mod:`~grader.isolation.judge.evidence.rule_answers` (``Need.RULE_ANSWERS``): a planning
+  question's rule on the sizes the question's check draws (``plan``);
 - :mod:`~grader.isolation.judge.evidence.declared`: the kinds declared beside the checks that need
   them (:class:`grader.checks.results.EvidencePart`: its subject side and its validation in one
   object), each asked by its name (``declared``).

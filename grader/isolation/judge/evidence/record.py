@@ -18,8 +18,8 @@ NOT_DATA = {"travels": "in its own form"}   # dataclass field metadata (Evidence
 @dataclasses.dataclass
 class Evidence:
     """Everything the subject sent about one problem (data, checked before anything is used),
-    by the part of :mod:`grader.isolation.judge.evidence` that fills it. Fields marked ``NOT_DATA`` go
-    to a child of the judge's zygote in their own form, or are made again there from others
+    by the part of :mod:`grader.isolation.judge.evidence` that fills it. Fields marked ``NOT_DATA``
+    go to a child of the judge's zygote in their own form, or are made again there from others
     (:func:`to_wire`); every other field travels as it is."""
 
     # The load (grader.isolation.judge.evidence.gather): whether the learner's code built, and the
