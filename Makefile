@@ -117,7 +117,7 @@ release: setup
 # ASSIGNMENT=ps1 grades one problem set (ASSIGNMENT="ps1 ps2" several); WORKERS=n grades n at once;
 # REGRADE=1 grades again what is already graded (grades are replaced, never added);
 # MEMORY_GB=n limits the address space of the process that runs a submission's code, on CPU
-# (default 6, the self-check's too: grader.isolation.sandbox.DEFAULT_MEMORY_BYTES);
+# (default 6, the self-check's too: grader.isolation.sandbox.process.DEFAULT_MEMORY_BYTES);
 # SANDBOX=off grades without bubblewrap: learner code then gets kernel confinement where this
 # machine allows it, else limits only (what it can do is printed at the start; docs/trust.md);
 # EXECUTOR=ray grades each submission as a Ray task, on RAY_ADDRESS (a running cluster) or a local

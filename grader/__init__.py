@@ -20,8 +20,8 @@ checks <- problems <- isolation <- cohort, and course -> checks. Notebooks impor
 its path in its role (``grader.isolation.check``, ``grader.checks.breaks``,
 ``grader.course.chapters``, ...); the top of the package holds no alias of one.
 
-The names below are imported on first use, so that ``import grader.isolation.sandbox`` (which the
-sandbox probe runs) does not import torch.
+The names below are imported on first use, so that ``import grader.isolation.sandbox.process``
+(which the sandbox probe runs) does not import torch.
 """
 import importlib
 

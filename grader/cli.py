@@ -43,7 +43,7 @@ def _check(args) -> int:
     from grader.isolation.check import evaluate
     from grader.problems import get_problem
     from grader.checks.results import Status
-    from grader.isolation.source import solution_cells
+    from grader.isolation.cells.source import solution_cells
 
     problem = get_problem(args.key)
     cells = solution_cells(args.notebook, [problem.solution_grade_id])

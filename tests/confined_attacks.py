@@ -1,7 +1,7 @@
 """Attacker code run *unscreened* under kernel confinement, each in a subject of its own started as
-the judge starts one (:func:`grader.isolation.sandbox.start`), on whatever platform the calling
-test built (tests/fresh_machine.py: root or an ordinary user, a capped Landlock ABI, no cgroups,
-a pod's /proc, Docker's seccomp profile).
+the judge starts one (:func:`grader.isolation.sandbox.process.start`), on whatever platform the
+calling test built (tests/fresh_machine.py: root or an ordinary user, a capped Landlock ABI, no
+cgroups, a pod's /proc, Docker's seccomp profile).
 
 ``python tests/confined_attacks.py NAME...`` prints one JSON object: per attack, what the
 attacker printed and how its subject ended (``exceeded``, ``why``, the exit status), what the
@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from grader.isolation import cgroups, confine, sandbox, usage  # noqa: E402
+from grader.isolation.sandbox import cgroups, confine, process, usage  # noqa: E402
 
 MIB = 2 ** 20
 LIMITS = dict(memory_bytes=1024 * MIB, disk_bytes=256 * MIB, file_bytes=1024 * MIB, processes=64)
@@ -244,12 +244,12 @@ def run(name: str, folder: str) -> dict:
         time.sleep(120)
         os._exit(0)
     others = _sleepers(80 if name == "forks_beside_others" else 0)
-    env = sandbox.environment({"VICTIM": str(victim), "TMPDIR": home,
+    env = process.environment({"VICTIM": str(victim), "TMPDIR": home,
                                "GRADER_UID": str(os.getuid())}, home=home)
     started = time.monotonic()
-    running = sandbox.start([sandbox.python_executable(), "-c", ATTACKS[name]],
-                            isolation=sandbox.probe("kernel"),
-                            limits=sandbox.Limits(timeout_s=60, **LIMITS), env=env, home=home,
+    running = process.start([process.python_executable(), "-c", ATTACKS[name]],
+                            isolation=process.probe("kernel"),
+                            limits=process.Limits(timeout_s=60, **LIMITS), env=env, home=home,
                             reply=False)
     import threading
 
@@ -279,7 +279,7 @@ def main() -> None:
     try:
         out = {"platform": {"uid": os.getuid(), "landlock_abi": confine.landlock_abi(),
                             "cgroup": cgroups.available() is not None,
-                            "isolation": sandbox.probe("kernel").describe()},
+                            "isolation": process.probe("kernel").describe()},
                "attacks": {name: run(name, folder) for name in sys.argv[1:]}}
     finally:
         usage.remove_tree(folder)

@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from grader.isolation import confine  # noqa: E402
+from grader.isolation.sandbox import confine  # noqa: E402
 
 NUMBERS = {"x86_64": {"unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
                       "pivot_root": 155, "keyctl": 250, "add_key": 248, "request_key": 249,

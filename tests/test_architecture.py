@@ -2,7 +2,9 @@
 import cycle between any two modules.
 
 common <- checks <- problems <- isolation <- cohort; course -> checks; every role may import
-common, which imports none; nothing imports the tools or the command line. Within a role too, modules import one way: the graph of every import between the
+common, which imports none; nothing imports the tools or the command line. Inside isolation, its
+rooms too: cells <- sandbox <- judge <- the notebook API (the sandbox, which runs learner code,
+imports no judge). Within a role too, modules import one way: the graph of every import between the
 package's modules (function-level imports included) has no cycle. Notebooks import each module by
 its path in its role; no alias of one sits at the top of the package. No check's name is spelled
 where checks are asked for, decided or scored: each is its declaration's (grader.checks.declared).
@@ -186,6 +188,68 @@ def test_no_module_imports_another_that_imports_it_back():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+# The rooms of grader.isolation (issue 45), lowest first: a module imports its own room and those
+# below it. The learner's cells as data; the sandbox (the subject, which runs learner code, and
+# what starts, confines and measures it), which knows no judge; the judge, which starts the
+# sandbox and never runs learner code; the notebook API (grader.isolation.check, cell_scores),
+# which drives the judge. grader.isolation.<room>.* is in <room>, the rest in the notebook API.
+ISOLATION_ROOMS = ("cells", "sandbox", "judge", "notebook API")
+# What of the judge the notebook API may import: the judge as its driver sees it, a job made and
+# run in a process of its own, never the judge's steps, evidence or children.
+JUDGE_AS_DRIVEN = {"grader.isolation.judge.judging", "grader.isolation.judge.judge_process",
+                   "grader.isolation.judge.judge_job"}
+
+
+def _isolation_room(module: str) -> str | None:
+    """'grader.isolation.sandbox.launcher' -> 'sandbox'; 'grader.isolation.check' -> 'notebook
+    API'; a module of another role -> None."""
+    parts = module.split(".")
+    if parts[:2] != ["grader", "isolation"]:
+        return None
+    return parts[2] if len(parts) > 2 and parts[2] in ISOLATION_ROOMS else ISOLATION_ROOMS[-1]
+
+
+def _imports_up_a_room(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph`` from a room of grader.isolation into a room above it, and of the
+    judge by the notebook API past its driver's side."""
+    wrong = []
+    for module in sorted(graph):
+        room = _isolation_room(module)
+        if room is None:
+            continue
+        for target in sorted(graph[module]):
+            other = _isolation_room(target)
+            if other is None:
+                continue
+            if ISOLATION_ROOMS.index(other) > ISOLATION_ROOMS.index(room):
+                wrong.append(f"{module} imports {target}: the {room} may not import the {other}")
+            elif room == "notebook API" and other == "judge" and target not in JUDGE_AS_DRIVEN:
+                wrong.append(f"{module} imports {target}: the notebook API drives the judge "
+                             f"through {sorted(JUDGE_AS_DRIVEN)} only")
+    return wrong
+
+
+def test_the_rooms_of_isolation_import_one_way():
+    """The sandbox imports no judge and no notebook API; the judge no notebook API."""
+    for room in ISOLATION_ROOMS[:-1]:
+        assert os.path.isfile(os.path.join(PACKAGE, "isolation", room, "__init__.py")), room
+    graph = _module_graph()
+    assert graph["grader.isolation.judge.steps"] >= {"grader.isolation.sandbox.process",
+                                                     "grader.isolation.cells.screen"}, \
+        "the module graph lost its edges"
+    assert {_isolation_room(module) for module in graph} - {None} == set(ISOLATION_ROOMS)
+    wrong = _imports_up_a_room(graph)
+    assert not wrong, "\n".join(wrong)
+    # The rule sees an import that runs up a room.
+    assert _imports_up_a_room({"grader.isolation.sandbox.process": {"grader.isolation.judge.steps"},
+                               "grader.isolation.judge.steps": set()}) == [
+        "grader.isolation.sandbox.process imports grader.isolation.judge.steps: the sandbox may "
+        "not import the judge"]
+    assert len(_imports_up_a_room({"grader.isolation.cells.source": {"grader.isolation.check"},
+                                   "grader.isolation.check": {"grader.isolation.judge.steps"},
+                                   "grader.isolation.judge.steps": set()})) == 2
+
+
 def _spelled(pattern: str, outside: str, keep: set[str] | None = None) -> list[str]:
     """``module:line: string`` for every string ``pattern`` (one group) finds in a module of the
     package other than ``outside`` (only those in ``keep``, when given)."""
@@ -266,11 +330,11 @@ def test_no_module_docstring_quotes_its_own_size():
 # Where a check's name may not be spelled (issue 34): what decides, asks for evidence, or scores
 # reads the declarations (grader.checks.declared), so that adding a check touches none of these.
 # The judge: its steps, the evidence it gathers, where it decides (issue 45: one module a step).
-JUDGE = ("grader/isolation/judge.py", "grader/isolation/deciding.py",
-         "grader/isolation/judge_child.py",
-         *sorted(f"grader/isolation/evidence/{name}"
+JUDGE = ("grader/isolation/judge/steps.py", "grader/isolation/judge/deciding.py",
+         "grader/isolation/judge/judge_child.py",
+         *sorted(f"grader/isolation/judge/evidence/{name}"
                  for name in os.listdir(os.path.join(os.path.dirname(PACKAGE),
-                                                     "grader/isolation/evidence"))
+                                                     "grader/isolation/judge/evidence"))
                  if name.endswith(".py")))
 NO_CHECK_NAMES = (*JUDGE, "grader/problems/__init__.py", "grader/cohort/scoring.py")
 # Words of the subject's protocol that happen to be check names: a request's operation
@@ -300,7 +364,7 @@ def test_the_judge_names_no_problem_set():
     ps8's custom operator) is declared by the set, or by a check it names (issue 45): the
     judge's modules name no set, in code or in words."""
     root = os.path.dirname(PACKAGE)
-    assert "grader/isolation/evidence/graph.py" in JUDGE
+    assert "grader/isolation/judge/evidence/graph.py" in JUDGE
     found = [f"{path}:{number}: {line.strip()}" for path in JUDGE
              for number, line in enumerate(open(os.path.join(root, path)), 1)
              if re.search(r"\bps\d", line)]
@@ -308,9 +372,9 @@ def test_the_judge_names_no_problem_set():
 
 
 def test_the_judge_is_the_list_of_its_steps():
-    """judge.py holds the steps of one job; the evidence, the decision and where it runs are
+    """judge/steps.py holds the steps of one job; the evidence, the decision and where it runs are
     modules of their own (issue 45: at most 400 lines)."""
-    lines = open(os.path.join(os.path.dirname(PACKAGE), "grader/isolation/judge.py")).read()
+    lines = open(os.path.join(os.path.dirname(PACKAGE), "grader/isolation/judge/steps.py")).read()
     assert lines.count("\n") <= 400, lines.count("\n")
 
 

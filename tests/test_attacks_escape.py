@@ -72,7 +72,7 @@ def _escape_cell(course: str) -> str:
     model of tests/ps2_submissions.py."""
     return f"""import os, time
 import __main__
-if getattr(getattr(__main__, "__spec__", None), "name", "") == "grader.isolation.subject":
+if getattr(getattr(__main__, "__spec__", None), "name", "") == "grader.isolation.sandbox.subject":
     launcher = os.getppid()
     try:
         judge = open(f"/proc/{{launcher}}/stat").read().rsplit(")", 1)[1].split()[1]

@@ -30,10 +30,10 @@ import pytest
 import torch
 
 from grader.cohort.demo import demo_solutions
-from grader.isolation.judging import job_for
-from grader.isolation.reference_cells import reference_cells
-from grader.isolation.judge import Judge
-from grader.isolation.source import Cell
+from grader.isolation.judge.judging import job_for
+from grader.isolation.judge.reference_cells import reference_cells
+from grader.isolation.judge.steps import Judge
+from grader.isolation.cells.source import Cell
 from grader.problems import get_problem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,7 +44,7 @@ SPIN_TAG = f"{random.randint(10 ** 6, 10 ** 7)}.25"
 ATTACK = f'''
 import os, sys, threading, time, json
 import grader.checks.timing, grader.checks.correctness, grader.checks.graph_artifact as ga
-import grader.isolation.channel as channel
+import grader.isolation.sandbox.channel as channel
 from grader.common.wire import Packer
 time.perf_counter = lambda: 0.0
 grader.checks.timing.compare = lambda *a, **k: None
@@ -96,7 +96,7 @@ channel.write_message = _forging
 
 # Only the compile count, forged (the graph left as captured).
 FORGE_COUNT = """
-import grader.isolation.channel as channel
+import grader.isolation.sandbox.channel as channel
 _write = channel.write_message
 channel.write_message = lambda fd, header, blob=b"": _write(
     fd, {**header, "compiles": 1, "hit_limit": False, "failed_call": None, "failure": ""}
@@ -108,7 +108,7 @@ channel.write_message = lambda fd, header, blob=b"": _write(
 # claims that the calls as used compiled once and never raised.
 ONE_SIDED_GRAPH = """
 import grader.checks.graph_artifact as ga
-import grader.isolation.channel as channel
+import grader.isolation.sandbox.channel as channel
 
 class _OneSided(Original):
     def forward(self, x):
@@ -250,7 +250,7 @@ def test_a_graph_right_only_where_it_is_checked_earns_nothing(judge):
 # tests/test_attacks_escape.py's cohort (each scores 0 with the reason in seconds; the next
 # submissions keep their exact scores).
 SWOLLEN_GRAPH = """
-import grader.isolation.channel as channel
+import grader.isolation.sandbox.channel as channel
 _write = channel.write_message
 
 def _swell(header):

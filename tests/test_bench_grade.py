@@ -1,13 +1,13 @@
 """`make bench-grade` measures each confinement this machine can give and names each one as the
 run really used it (bubblewrap, kernel confinement, none), never one for another."""
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 from grader.tools import bench_grade
 
 
 def test_each_confinement_asked_for_is_measured_and_named_as_probed(monkeypatch):
-    probed = {"bwrap": sandbox.Isolation("bwrap"), "kernel": sandbox.Isolation("kernel", "asked")}
-    monkeypatch.setattr(sandbox, "probe", lambda mode="auto": probed[mode])
-    monkeypatch.setattr(sandbox.Isolation, "describe", lambda self: f"words for {self.mode}")
+    probed = {"bwrap": process.Isolation("bwrap"), "kernel": process.Isolation("kernel", "asked")}
+    monkeypatch.setattr(process, "probe", lambda mode="auto": probed[mode])
+    monkeypatch.setattr(process.Isolation, "describe", lambda self: f"words for {self.mode}")
     assert bench_grade.sandbox_modes("bwrap,kernel") == [("bwrap", "words for bwrap"),
                                                          ("kernel", "words for kernel")]
 
@@ -16,11 +16,11 @@ def test_a_confinement_that_cannot_run_here_is_left_out_and_off_is_named_as_what
         monkeypatch, capsys):
     def probe(mode="auto"):
         if mode == "bwrap":
-            raise sandbox.SandboxUnavailable("bubblewrap is not installed")
+            raise process.SandboxUnavailable("bubblewrap is not installed")
         # --sandbox off where Landlock works still confines with the kernel: named so, once
-        return sandbox.Isolation("kernel", "bubblewrap turned off")
+        return process.Isolation("kernel", "bubblewrap turned off")
 
-    monkeypatch.setattr(sandbox, "probe", probe)
+    monkeypatch.setattr(process, "probe", probe)
     modes = bench_grade.sandbox_modes("bwrap,kernel,off")
     assert [mode for mode, _ in modes] == ["kernel"]
     assert "kernel confinement" in modes[0][1] and "WITHOUT" not in modes[0][1]

@@ -1,6 +1,7 @@
-"""The kernel's layers as this package calls them (grader/isolation/confine.py) and the Python a
-user id of its own runs (grader/isolation/learner_python.py). What confined code can and cannot
-reach is tested where the judge starts it: tests/test_sandbox.py, tests/test_attacks_escape.py.
+"""The kernel's layers as this package calls them (grader/isolation/sandbox/confine.py) and the
+Python a user id of its own runs (grader/isolation/sandbox/learner_python.py). What confined code
+can and cannot reach is tested where the judge starts it: tests/test_sandbox.py,
+tests/test_attacks_escape.py.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sysconfig
 
 import pytest
 
-from grader.isolation import confine, learner_python, sandbox
+from grader.isolation.sandbox import confine, learner_python, process
 
 HEADERS = {"x86_64": "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
            "aarch64": "/usr/include/asm-generic/unistd.h"}
@@ -117,7 +118,7 @@ def test_the_subreaper_finds_a_double_forked_child_in_a_new_session():
     # A launcher's view: the grandchild below a subreaper stays its descendant after its parent
     # is gone, whatever its session.
     code = ("import os, time, sys\n"
-            "from grader.isolation import confine\n"
+            "from grader.isolation.sandbox import confine\n"
             "confine.become_subreaper()\n"
             "if os.fork() == 0:\n"
             "    os.setsid()\n"
@@ -130,7 +131,7 @@ def test_the_subreaper_finds_a_double_forked_child_in_a_new_session():
             "print(len(below), flush=True)\n"
             "for pid in below:\n"
             "    os.kill(pid, 9)\n")
-    out = subprocess.run([sandbox.python_executable(), "-c", code], capture_output=True,
+    out = subprocess.run([process.python_executable(), "-c", code], capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.strip() == "1", out.stdout + out.stderr
 
@@ -141,7 +142,7 @@ def test_a_python_other_users_can_run_is_refused_plainly_where_the_packages_are_
     monkeypatch.setattr(learner_python, "others_can_reach", lambda path, **k: False)
     try:
         with pytest.raises(learner_python.Unavailable, match="other users cannot read"):
-            learner_python.for_other_users(sandbox.grader_package_dir())
+            learner_python.for_other_users(process.grader_package_dir())
     finally:
         learner_python.for_other_users.cache_clear()
 
@@ -163,13 +164,13 @@ def test_the_copy_for_other_users_is_made_again_when_the_venv_has_moved(tmp_path
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user id needs root")
 def test_the_python_for_other_users_runs_as_another_user_and_imports_torch():
-    python, env = learner_python.for_other_users(sandbox.grader_package_dir())
-    out = subprocess.run(["setpriv", f"--reuid={sandbox.KERNEL_UID_BASE}",
-                          f"--regid={sandbox.KERNEL_UID_BASE}", "--clear-groups", python, "-c",
+    python, env = learner_python.for_other_users(process.grader_package_dir())
+    out = subprocess.run(["setpriv", f"--reuid={process.KERNEL_UID_BASE}",
+                          f"--regid={process.KERNEL_UID_BASE}", "--clear-groups", python, "-c",
                           "import os, torch; print(os.getuid(), torch.__version__)"],
                          capture_output=True, text=True, timeout=120,
                          env={"PATH": "/usr/bin:/bin", **env}, cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]
     import torch
 
-    assert out.stdout.split() == [str(sandbox.KERNEL_UID_BASE), torch.__version__]
+    assert out.stdout.split() == [str(process.KERNEL_UID_BASE), torch.__version__]

@@ -165,7 +165,7 @@ def test_the_pages_examples_are_short():
 
 def test_a_check_declared_outside_the_grader_is_graded_by_the_real_judge(course_check, tmp_path):
     from grader.isolation.check import Evaluation, job_for, run_job
-    from grader.isolation.source import Cell
+    from grader.isolation.cells.source import Cell
     from grader.problems import get_problem
 
     keys = [f"myexercises.q{i}" for i in (1, 2, 3)]
@@ -209,7 +209,7 @@ def test_a_kind_of_evidence_declared_beside_its_check_is_gathered_by_the_real_ju
     """docs/design.md's evidence part: the subject runs its ``answer`` beside the learner's code,
     the judge validates it, and the check declared with it decides on it; nothing else asks."""
     from grader.isolation.check import Evaluation, job_for, run_job
-    from grader.isolation.source import Cell
+    from grader.isolation.cells.source import Cell
     from grader.problems import get_problem
 
     keys = ["myexercises.q4", "myexercises.q5"]
@@ -228,7 +228,7 @@ def test_a_kind_of_evidence_declared_beside_its_check_is_gathered_by_the_real_ju
 
 def test_a_declared_part_is_asked_only_where_a_wanted_check_needs_it(course_check):
     from grader.checks.results import EvidencePart
-    from grader.isolation.evidence import declared
+    from grader.isolation.judge.evidence import declared
     from grader.problems import get_problem
 
     hooks = importlib.import_module("hooks")
@@ -251,9 +251,9 @@ class _Subject:
 
 
 def test_a_declared_parts_answer_is_validated_in_the_judge(course_check):
-    from grader.isolation.evidence import declared
-    from grader.isolation.evidence.record import Evidence
-    from grader.isolation.subject_session import SubjectGone
+    from grader.isolation.judge.evidence import declared
+    from grader.isolation.judge.evidence.record import Evidence
+    from grader.isolation.judge.subject_session import SubjectGone
     from grader.problems import get_problem
 
     problem = get_problem("myexercises.q5", course_check)

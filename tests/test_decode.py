@@ -15,7 +15,7 @@ from grader.cohort.demo import demo_solutions
 from grader.isolation.check import evaluate
 from grader.problems import get_problem
 from grader.problems import ps6
-from grader.isolation.source import Cell, solution_cells
+from grader.isolation.cells.source import Cell, solution_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PERSONAS = demo_solutions(ROOT)["ps6"]

@@ -21,7 +21,7 @@ import pytest
 from conftest import at_once
 from grader.tools import clean_venv
 from grader.cohort.demo import expected_scores
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 from grader.cohort.gradescope import build_autograder, cell_info, find_submission_notebook
 from grader.problems import test_cells as declared_test_cells
 
@@ -144,7 +144,8 @@ def test_the_zip_has_what_gradescope_expects_and_only_this_sets_solution(autogra
     assert config == {"assignment": ASSIGNMENT, "deadline_s": 540,     # 600 s less 60
                       "require_confinement": False}
     assert "README.md" in names
-    assert {"course/pyproject.toml", "course/grader/cohort/scoring.py", "course/grader/isolation/judge.py",
+    assert {"course/pyproject.toml", "course/grader/cohort/scoring.py",
+            "course/grader/isolation/judge/steps.py",
             f"course/grader/problems/{ASSIGNMENT}/__init__.py",
             f"course/grader/problems/{ASSIGNMENT}/demo_expected.json",
             f"course/grader/problems/{ASSIGNMENT}/gradescope_measured.json",
@@ -210,9 +211,9 @@ def test_run_autograder_grades_a_submission_into_gradescope_results(graded_perso
     assert results["score"] == pytest.approx(sum(t["score"] for t in results["tests"]))
     # Which isolation graded it is recorded (bubblewrap wherever this machine can run it), and
     # shown to the student and the instructor on the results page (its first lines).
-    assert results["extra_data"]["isolation"] == sandbox.probe("auto").describe()
+    assert results["extra_data"]["isolation"] == process.probe("auto").describe()
     assert results["extra_data"]["isolation"] in stdout
-    assert f"Your code ran in: {sandbox.probe('auto').describe()}." in \
+    assert f"Your code ran in: {process.probe('auto').describe()}." in \
         results["output"].splitlines()[:2]
     assert results["stdout_visibility"] == "hidden"
 
@@ -413,7 +414,7 @@ def _check_partial(results: dict, reason: str):
 def _no_probe(monkeypatch) -> None:
     """The confinement as probed, at once: these tests time the results' writing from the start
     (a probe confines a Python for real, seconds on a loaded machine)."""
-    monkeypatch.setattr(sandbox, "probe", lambda mode="auto": sandbox.Isolation("kernel", "test"))
+    monkeypatch.setattr(process, "probe", lambda mode="auto": process.Isolation("kernel", "test"))
 
 
 def test_results_say_grading_did_not_finish_from_the_start_and_after_each_group(tree, monkeypatch):
@@ -493,7 +494,8 @@ def test_run_autograder_killed_half_way_leaves_results_that_say_so(tree, setup_s
 def test_run_autograder_writes_the_reason_when_the_grader_itself_breaks(tree, setup_sh_python):
     """A broken grader (the module that starts its judge missing from the zip): an error nobody
     anticipated."""
-    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge_process.py"))
+    os.remove(os.path.join(tree, "source", "course", "grader", "isolation", "judge",
+                           "judge_process.py"))
     results, stdout = _run_autograder(tree, setup_sh_python)
     assert validate_results(results) == []
     assert results["score"] == 0 and results["extra_data"]["finished"] is False

@@ -1,5 +1,5 @@
-"""The judge's child for its checks of a learner's graph (grader.isolation.graph_child): each way
-it can end, told apart: an answer, an allocation past its own address-space limit, no answer in
+"""The judge's child for its checks of a learner's graph (grader.isolation.judge.graph_child): each
+way it can end, told apart: an answer, an allocation past its own address-space limit, no answer in
 time (killed, with whatever it started), and the grader's own failure (an exception, a signal).
 Plain Python work here, no torch (the zygote, a process of its own, imports it): the judge's use
 of it is driven by tests/test_isolation.py (a forked child) and tests/test_training.py (a child of
@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 
-from grader.isolation import graph_child
+from grader.isolation.judge import graph_child
 
 
 def test_an_answer_comes_back_as_data():

@@ -13,9 +13,9 @@ import textwrap
 import pytest
 
 from grader.isolation.check import CheckFailed, evaluate
-from grader.isolation.judging import job_for
-from grader.isolation.judge import Judge
-from grader.isolation.source import Cell
+from grader.isolation.judge.judging import job_for
+from grader.isolation.judge.steps import Judge
+from grader.isolation.cells.source import Cell
 
 TESTS_DIR = os.path.dirname(__file__)
 
@@ -103,7 +103,7 @@ assert not _found, f"found the reference: {_found[:3]}"
 def test_nothing_of_the_reference_reaches_the_subject(course_with_reference, monkeypatch):
     import nbformat
 
-    from grader.isolation.subject_session import SubjectSession
+    from grader.isolation.judge.subject_session import SubjectSession
 
     path = os.path.join(course_with_reference, "source", "fx", "fx.ipynb")
     nb = nbformat.read(path, 4)
@@ -351,7 +351,7 @@ def test_the_judges_own_work_on_a_graph_has_a_time_limit(monkeypatch):
     """Past its time limit the judge's child that checks the learner's graph is killed: no
     structural point, the reason said, the correctness verdict kept; the judge itself ran none of
     it, so it grades the next submission as before."""
-    from grader.isolation import judge_child
+    from grader.isolation.judge import judge_child
 
     monkeypatch.setattr(judge_child, "work_limit_s", lambda problem, side: 0.05)
     the_judge = Judge()
@@ -377,7 +377,7 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
     point, the reason said (the child's own report, or the judge's run of the graph failing to
     allocate: a check that catches the graph's exceptions reports it as the graph's);
     the judge is untouched and grades the next submission as before."""
-    from grader.isolation import judge_child
+    from grader.isolation.judge import judge_child
 
     monkeypatch.setattr(judge_child, "child_memory_bytes", lambda side: 64 * 1024 ** 2)
     the_judge = Judge()
@@ -395,7 +395,7 @@ def test_the_judges_own_work_on_a_graph_has_a_memory_limit(monkeypatch):
 def test_the_judges_child_dying_otherwise_is_the_graders_failure(monkeypatch):
     """Killed for a reason that is not the graph's limits (here SIGKILL from outside, as the
     machine's OOM killer would): a grader error held for a person, never the learner's 0."""
-    from grader.isolation import deciding
+    from grader.isolation.judge import deciding
 
     monkeypatch.setattr(deciding, "decide",
                         lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))

@@ -1,5 +1,5 @@
 """The judge's job and reply are typed and checked once, where they cross the pipe
-(grader.isolation.judge_job): a malformed job is refused whole, with the field named, and the
+(grader.isolation.judge.judge_job): a malformed job is refused whole, with the field named, and the
 driver reports it as a grader error for each problem, never as the learner's."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 
 from grader.checks.results import CheckOutcome, ProblemResult, Status
-from grader.isolation import judging
-from grader.isolation.judge_job import (BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob)
-from grader.isolation.judge_process import JudgeProcess
-from grader.isolation.sandbox import Isolation
-from grader.isolation.source import Cell
+from grader.isolation.judge import judging
+from grader.isolation.judge.judge_job import (BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob)
+from grader.isolation.judge.judge_process import JudgeProcess
+from grader.isolation.sandbox.process import Isolation
+from grader.isolation.cells.source import Cell
 
 ROOT = "."
 
@@ -108,12 +108,12 @@ def test_the_self_check_and_make_grade_run_learner_code_under_one_memory_default
     """One default (issue 45): the address-space limit a job carries when nothing sets it (the
     self-check's) is make grade's MEMORY_GB default, and the sandbox's own."""
     from grader.cohort.settings import GradeSettings
-    from grader.isolation import sandbox
+    from grader.isolation.sandbox import process
 
     unset = judging.job_for(["ps2.q1"], [Cell("cell 7", "x = 1\n")], course_root=ROOT,
                          device="cpu", timeout_s=90, isolation=Isolation("kernel", "no bwrap"))
     assert unset.memory_bytes == GradeSettings().memory_bytes == JudgeJob(("ps2.q1",), "cpu").memory_bytes \
-        == sandbox.Limits().memory_bytes == sandbox.DEFAULT_MEMORY_BYTES
+        == process.Limits().memory_bytes == process.DEFAULT_MEMORY_BYTES
 
 
 def test_a_jobs_settings_are_one_object_with_one_default_each():

@@ -1,6 +1,6 @@
 """nbgrader's autograde of a judged submission (grader.cohort.judged_autograde), which runs
 nothing of the notebook, and the subject's deadline that follows the references
-(grader.cohort.scoring, grader.isolation.judging.subject_deadline_s).
+(grader.cohort.scoring, grader.isolation.judge.judging.subject_deadline_s).
 
 The nbgrader step is tested on ps2's course with judged scores written here (what the judge's
 scoring saves, grader.cohort.scoring.JudgedScores), so every kind of test cell is covered in
@@ -22,8 +22,8 @@ from grader.cohort.collect import Submission
 from grader.cohort.judged_autograde import SAVED_OUTPUT_NOTE, WHILE_GRADING, autograde
 from grader.cohort.merge import Graded, merge
 from grader.cohort.scoring import BuiltReferences, grade_notebook, subject_deadlines
-from grader.isolation import judging
-from grader.isolation.judge_job import BUILD_REFERENCES, JudgeReply
+from grader.isolation.judge import judging
+from grader.isolation.judge.judge_job import BUILD_REFERENCES, JudgeReply
 from grader.checks.results import ProblemResult
 from grader.problems import get_problem
 

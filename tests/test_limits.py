@@ -187,7 +187,7 @@ def _chain(top: str, levels: int, name: str = "d" * 200, data: int = 0,
 
 
 def test_a_folder_chain_past_path_max_is_counted_and_removed(tmp_path):
-    from grader.isolation import usage
+    from grader.isolation.sandbox import usage
 
     top = str(tmp_path / "home")
     os.mkdir(top)
@@ -214,7 +214,7 @@ def test_a_chain_deeper_than_the_open_file_limit_is_measured_and_removed(tmp_pat
     os.mkdir(top)
     _chain(top, 5000, name="d", data=3 * 2 ** 20, closed=False)
     code = ("import resource, sys\n"
-            "from grader.isolation import usage\n"
+            "from grader.isolation.sandbox import usage\n"
             "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
             "print(usage.folder_usage(sys.argv[1], 2 ** 30), usage.folder_usage(sys.argv[1], 2 ** 20))")
     proc = subprocess.run([sys.executable, "-c", code, top], capture_output=True, text=True,
@@ -223,7 +223,7 @@ def test_a_chain_deeper_than_the_open_file_limit_is_measured_and_removed(tmp_pat
     used, over = proc.stdout.split(" ", 1)
     assert int(used) >= 3 * 2 ** 20 + 5000 * 512, proc.stdout       # the file and every folder
     assert over.startswith("Over(what='disk'"), proc.stdout
-    from grader.isolation import usage
+    from grader.isolation.sandbox import usage
 
     usage.remove_tree(top)      # (Python 3.11's shutil.rmtree recurses per level: RecursionError)
     assert not os.path.exists(top)
@@ -232,7 +232,7 @@ def test_a_chain_deeper_than_the_open_file_limit_is_measured_and_removed(tmp_pat
 def test_a_walk_whose_way_up_leads_elsewhere_is_made_again(tmp_path, monkeypatch):
     """A folder moved while it is read (in the instant before the subject stops): the walk is
     made again, not trusted; one that never holds still is over the limit, not unmeasured."""
-    from grader.isolation import usage
+    from grader.isolation.sandbox import usage
 
     top = str(tmp_path / "home")
     os.mkdir(top)
@@ -261,7 +261,7 @@ def test_a_measurement_stops_the_processes_forked_while_it_stops_their_parents(m
     listing and their parent's stop included; leaving continues them all. (The wait for them
     to stop is lengthened: what is tested is what "still" means, not how soon this loaded
     machine gets there.)"""
-    from grader.isolation import usage
+    from grader.isolation.sandbox import usage
 
     monkeypatch.setattr(usage, "STOP_WAIT_S", 1.0)
     forker = subprocess.Popen([sys.executable, "-c", (

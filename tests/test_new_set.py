@@ -80,7 +80,7 @@ GRADE_THE_NEW_SET = textwrap.dedent("""
     create("ps9")
     from grader.cohort.demo import demo_solutions
     from grader.cohort.scoring import grade_notebook
-    from grader.isolation.judge_process import JudgeProcess
+    from grader.isolation.judge.judge_process import JudgeProcess
     from grader.problems import sets
     import nbformat
 

@@ -44,7 +44,7 @@ MEMORY_GB = 4
 
 # Only in the subject: the code of each attack runs when the judge's subject loads the cell.
 IN_SUBJECT = ('import __main__\nif getattr(getattr(__main__, "__spec__", None), "name", "") == '
-              '"grader.isolation.subject":\n')
+              '"grader.isolation.sandbox.subject":\n')
 
 
 def _indent(code: str) -> str:

@@ -32,11 +32,11 @@ import pytest
 from grader.checks.declared.job import PROBE_SIZES
 from grader.checks.jobs import JobFigures
 from grader.cohort.demo import demo_solutions
-from grader.isolation import reference_side
+from grader.isolation.judge import reference_side
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.judging import job_for
-from grader.isolation.judge import Judge
-from grader.isolation.source import Cell, solution_cells
+from grader.isolation.judge.judging import job_for
+from grader.isolation.judge.steps import Judge
+from grader.isolation.cells.source import Cell, solution_cells
 from grader.problems import get_problem
 from grader.problems import test_cells as declared_test_cells
 
@@ -331,7 +331,7 @@ def test_ps3_hidden_jobs_are_pairs_drawn_fresh_near_the_break_even(ps3_judge):
 def test_ps3_the_rule_is_asked_among_decoys_drawn_like_the_hidden_jobs(ps3_judge, monkeypatch):
     """A rule that sees every size cannot pick the graded ones out: besides the examples and a
     grid, it is asked about clusters drawn as the hidden ones are, around false break-evens."""
-    from grader.isolation import judge as judge_module
+    from grader.isolation.judge import steps as judge_module
 
     asked = []
     original = judge_module.SubjectSession.request

@@ -63,7 +63,7 @@ def test_committed_notebooks_have_no_outputs_and_start_with_install_cell():
 def test_problem_definitions_match_the_notebooks():
     """Every problem's solution_grade_id is a solution cell of its source notebook."""
     from grader.problems import get_problem
-    from grader.isolation.source import solution_cells
+    from grader.isolation.cells.source import solution_cells
 
     for ps in PROBLEM_SETS:
         mod = __import__(f"grader.problems.{ps}", fromlist=["PROBLEMS"])
@@ -192,7 +192,7 @@ def test_self_check_outside_nbgrader(notebook_runs):
 
 def test_failure_message_names_the_learners_line_and_a_fix():
     from grader.isolation.check import CheckFailed, evaluate
-    from grader.isolation.source import Cell
+    from grader.isolation.cells.source import Cell
 
     broken = Cell("cell 9", (
         "class BatchScorer(PerSampleScorer):\n"

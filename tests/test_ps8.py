@@ -27,9 +27,9 @@ from grader.checks import custom_ops, graph_artifact
 from grader.common.wire import Packer
 from grader.cohort.demo import demo_solutions, expected_scores
 from grader.isolation.cell_scores import Evaluation, score_cell
-from grader.isolation.judging import job_for
-from grader.isolation.judge import Judge
-from grader.isolation.source import Cell, solution_cells
+from grader.isolation.judge.judging import job_for
+from grader.isolation.judge.steps import Judge
+from grader.isolation.cells.source import Cell, solution_cells
 from grader.problems import get_problem, ps8
 from grader.problems import test_cells as declared_test_cells
 

@@ -12,7 +12,7 @@ import time
 from ray.cluster_utils import Cluster
 
 from grader.cohort import distributed, ray_address
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 from grader.cohort.demo import build_demo_course, expected_scores
 from grader.cohort.grade import grade
 
@@ -33,7 +33,7 @@ def test_stage_holds_only_what_one_submission_needs(tmp_path):
                                cohort={"ada_full": "ada_full", "cy_blank": "cy_blank"})
     open(os.path.join(course, "gradebook.db"), "w").close()
     folder = tmp_path / "staged"
-    sandbox.unpack_folder(distributed.stage(course, "ps2", "ada_full"), str(folder))
+    process.unpack_folder(distributed.stage(course, "ps2", "ada_full"), str(folder))
     found = sorted(os.path.relpath(os.path.join(r, f), folder)
                    for r, _, files in os.walk(folder) for f in files)
     assert "gradebook.db" not in found       # only the driver reads and writes the gradebook

@@ -9,15 +9,15 @@ import subprocess
 import pytest
 
 import fresh_machine
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _finished(argv: list[str], limits: sandbox.Limits, env: dict | None = None) -> sandbox.Finished:
-    """``argv`` run in bubblewrap as grading starts a subject (:func:`sandbox.start`, below its
+def _finished(argv: list[str], limits: process.Limits, env: dict | None = None) -> process.Finished:
+    """``argv`` run in bubblewrap as grading starts a subject (:func:`process.start`, below its
     launcher), to its end or ``limits.timeout_s``; then it and everything it started are ended."""
-    running = sandbox.start(argv, isolation=sandbox.probe("bwrap"), limits=limits, env=env,
+    running = process.start(argv, isolation=process.probe("bwrap"), limits=limits, env=env,
                             reply=False)
     try:
         running.proc.wait(timeout=limits.timeout_s)
@@ -26,15 +26,15 @@ def _finished(argv: list[str], limits: sandbox.Limits, env: dict | None = None) 
     return running.finish(grace_s=0)
 
 
-def _python(code: str, **limits) -> sandbox.Finished:
-    return _finished([sandbox.python_executable(), "-c", code],
-                     sandbox.Limits(timeout_s=60, **limits),
-                     env=sandbox.environment({"PYTHONPATH": ""}))
+def _python(code: str, **limits) -> process.Finished:
+    return _finished([process.python_executable(), "-c", code],
+                     process.Limits(timeout_s=60, **limits),
+                     env=process.environment({"PYTHONPATH": ""}))
 
 
 def test_the_sandbox_runs_here():
     # `make setup` installs bubblewrap; grading relies on it, so the suite does too.
-    assert sandbox.probe("auto").sandboxed, sandbox.probe("auto").reason
+    assert process.probe("auto").sandboxed, process.probe("auto").reason
 
 
 SECRET_PATHS = [os.path.join(ROOT, "source"), os.path.join(ROOT, "README.md"),
@@ -60,8 +60,9 @@ def test_learner_code_sees_no_course_no_secrets_and_no_instructor_environment(mo
 
 def test_the_grader_package_is_readable_and_nothing_outside_tmp_is_writable():
     out = _python(
-        "import grader.isolation.sandbox, os\n"
-        "for path in ['/usr/x', os.path.dirname(grader.isolation.sandbox.__file__) + '/x', '/x']:\n"
+        "import grader.isolation.sandbox.process, os\n"
+        "package = os.path.dirname(grader.isolation.sandbox.process.__file__)\n"
+        "for path in ['/usr/x', package + '/x', '/x']:\n"
         "    try:\n"
         "        open(path, 'w')\n"
         "        print('WROTE', path)\n"
@@ -97,15 +98,15 @@ def test_disk_written_is_limited():
 def test_without_bubblewrap_the_disk_written_is_limited_too(folder):
     # No size-limited /tmp there: the launcher measures the process's own folder, and stops
     # everything once it holds more than the limit.
-    isolation = sandbox.probe("kernel")
-    running = sandbox.start(
-        [sandbox.python_executable(), "-c",
+    isolation = process.probe("kernel")
+    running = process.start(
+        [process.python_executable(), "-c",
          "import os, time\n"
          "for n in range(64):\n"
          "    open(os.path.join(os.environ['HOME'], f'part{n}'), 'wb').write(b'x' * 2 ** 20)\n"
          "time.sleep(60)\n"],
-        isolation=isolation, limits=sandbox.Limits(timeout_s=60, disk_bytes=16 * 2 ** 20),
-        env=sandbox.environment(home=folder), home=folder, reply=False)
+        isolation=isolation, limits=process.Limits(timeout_s=60, disk_bytes=16 * 2 ** 20),
+        env=process.environment(home=folder), home=folder, reply=False)
     running.proc.wait(timeout=30)
     finished = running.finish(grace_s=0)
     assert running.exceeded == "disk", finished.output
@@ -130,10 +131,10 @@ def test_a_fork_bomb_is_stopped_by_the_process_limit():
 
 
 def test_without_bubblewrap_a_fork_bomb_is_stopped_by_the_process_limit_too(folder):
-    isolation = sandbox.probe("kernel")
-    running = sandbox.start(
-        [sandbox.python_executable(), "-c", FORK_BOMB], isolation=isolation,
-        limits=sandbox.Limits(timeout_s=60, processes=50), env=sandbox.environment(home=folder),
+    isolation = process.probe("kernel")
+    running = process.start(
+        [process.python_executable(), "-c", FORK_BOMB], isolation=isolation,
+        limits=process.Limits(timeout_s=60, processes=50), env=process.environment(home=folder),
         home=folder, reply=False)
     running.proc.wait(timeout=60)
     finished = running.finish(grace_s=0)
@@ -142,8 +143,8 @@ def test_without_bubblewrap_a_fork_bomb_is_stopped_by_the_process_limit_too(fold
 
 
 def test_a_timeout_kills_the_whole_sandbox():
-    out = _finished([sandbox.python_executable(), "-c", "import time\ntime.sleep(30)\n"],
-                    sandbox.Limits(timeout_s=2))
+    out = _finished([process.python_executable(), "-c", "import time\ntime.sleep(30)\n"],
+                    process.Limits(timeout_s=2))
     assert out.timed_out and out.seconds < 20
 
 
@@ -152,12 +153,12 @@ def test_when_nothing_can_confine_learner_code_real_submissions_are_not_graded(t
     from grader.cohort.grade import Run, choose_isolation
     from grader.cohort.settings import GradeSettings
 
-    monkeypatch.setattr(sandbox.shutil, "which",
+    monkeypatch.setattr(process.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else "/usr/bin/" + name)
-    monkeypatch.setattr(sandbox, "_probe_kernel", lambda: "Landlock is not available (test)")
-    sandbox._probe_bwrap.cache_clear()
+    monkeypatch.setattr(process, "_probe_kernel", lambda: "Landlock is not available (test)")
+    process._probe_bwrap.cache_clear()
     try:
-        isolation = sandbox.probe("auto")
+        isolation = process.probe("auto")
         assert isolation.mode == "none"
         assert "not installed" in isolation.reason and "Landlock is not available" in isolation.reason
         run = Run(course=str(tmp_path), assignments=["ps2"])
@@ -175,21 +176,21 @@ def test_when_nothing_can_confine_learner_code_real_submissions_are_not_graded(t
         assert off.isolation.mode == "none" and "turned off" in off.isolation.describe()
         assert "it can read" in off.isolation.warning()
     finally:
-        sandbox._probe_bwrap.cache_clear()
+        process._probe_bwrap.cache_clear()
 
 
 def test_without_bubblewrap_kernel_confinement_is_the_next_choice(tmp_path, monkeypatch):
     from grader.cohort.grade import Run, choose_isolation
 
-    monkeypatch.setattr(sandbox.shutil, "which",
+    monkeypatch.setattr(process.shutil, "which",
                         lambda name, *a, **k: None if name == "bwrap" else "/usr/bin/" + name)
-    sandbox._probe_bwrap.cache_clear()
+    process._probe_bwrap.cache_clear()
     try:
-        isolation = sandbox.probe("auto")
+        isolation = process.probe("auto")
         assert isolation.mode == "kernel", isolation.reason
         assert "bubblewrap is not installed" in isolation.describe()
         assert "Landlock ABI" in isolation.describe() and "seccomp" in isolation.describe()
-        assert sandbox.probe("off").mode == "kernel"     # off: no bubblewrap, not no confinement
+        assert process.probe("off").mode == "kernel"     # off: no bubblewrap, not no confinement
         # Real submissions are graded with kernel confinement: learner code runs only in the
         # judge's subject (nbgrader's feedback runs no cell), which it confines.
         run = Run(course=str(tmp_path), assignments=["ps2"])
@@ -201,25 +202,25 @@ def test_without_bubblewrap_kernel_confinement_is_the_next_choice(tmp_path, monk
         warning = demo_run.isolation.warning()
         assert "cannot read source/, the gradebook or other submissions" in warning
     finally:
-        sandbox._probe_bwrap.cache_clear()
+        process._probe_bwrap.cache_clear()
 
 
 def test_kernel_confinement_is_tried_for_real_not_assumed(monkeypatch):
     # A container whose seccomp profile refuses Landlock's calls reports ABI 0: said, not used.
-    sandbox._probe_kernel.cache_clear()
+    process._probe_kernel.cache_clear()
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(sandbox.confine, "landlock_abi", lambda: 0)
-            with pytest.raises(sandbox.SandboxUnavailable, match="Landlock is not available"):
-                sandbox.probe("kernel")
+            patch.setattr(process.confine, "landlock_abi", lambda: 0)
+            with pytest.raises(process.SandboxUnavailable, match="Landlock is not available"):
+                process.probe("kernel")
     finally:
-        sandbox._probe_kernel.cache_clear()
-    assert sandbox.probe("kernel").mode == "kernel"
+        process._probe_kernel.cache_clear()
+    assert process.probe("kernel").mode == "kernel"
 
 
 # ---------------------------------------------------------------------------------------------
 # Confined learner code, with bubblewrap and without (kernel confinement), started as the judge
-# starts its subject (sandbox.start, below the launcher).
+# starts its subject (process.start, below the launcher).
 
 CONFINED = ["bwrap", "kernel"]
 
@@ -237,12 +238,12 @@ def folder():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _start(mode: str, code: str, *args: str, home: str) -> sandbox.Running:
-    isolation = sandbox.probe(mode) if mode != "none" else sandbox.Isolation("none", "a control")
+def _start(mode: str, code: str, *args: str, home: str) -> process.Running:
+    isolation = process.probe(mode) if mode != "none" else process.Isolation("none", "a control")
     assert isolation.mode == mode, isolation.reason
-    return sandbox.start([sandbox.python_executable(), "-c", code, *args], isolation=isolation,
-                         limits=sandbox.Limits(timeout_s=60),
-                         env=sandbox.environment(home="/tmp" if mode == "bwrap" else home),
+    return process.start([process.python_executable(), "-c", code, *args], isolation=isolation,
+                         limits=process.Limits(timeout_s=60),
+                         env=process.environment(home="/tmp" if mode == "bwrap" else home),
                          home=home, reply=False)
 
 
@@ -355,7 +356,7 @@ def reach_attempts(mode: str, folder: str) -> dict:
     try:
         while b"up" not in bytes(victim._output):
             time.sleep(0.05)
-        from grader.isolation import confine
+        from grader.isolation.sandbox import confine
 
         victim_pid = max(confine.descendants(victim.proc.pid))
         attacker = _start(mode, REACH, course, str(victim_pid), str(os.getpid()), home=homes[1])
@@ -402,7 +403,7 @@ def test_as_an_ordinary_user_kernel_confinement_alone_keeps_learner_code_out(fol
         os.mkdir(os.path.join(folder, mode))
     fresh_machine.give_to(folder, fresh_machine.NOBODY)
     proc = subprocess.run(
-        fresh_machine.command([sandbox.python_executable(), "-c", code,
+        fresh_machine.command([process.python_executable(), "-c", code,
                                os.path.dirname(os.path.abspath(__file__)), folder],
                               user=fresh_machine.NOBODY),
         capture_output=True, text=True, timeout=300, cwd=folder,
@@ -424,12 +425,12 @@ def test_as_an_ordinary_user_kernel_confinement_alone_keeps_learner_code_out(fol
 # does, which kills every process of that user id.
 _GRADER_PROCESS = r'''
 import json, subprocess, sys
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 code, processes = sys.argv[1], int(sys.argv[2])
-running = sandbox.start([sandbox.python_executable(), "-c", code],
-                        isolation=sandbox.probe("bwrap"),
-                        limits=sandbox.Limits(timeout_s=60, processes=processes),
-                        env=sandbox.environment({"PYTHONPATH": ""}), reply=False)
+running = process.start([process.python_executable(), "-c", code],
+                        isolation=process.probe("bwrap"),
+                        limits=process.Limits(timeout_s=60, processes=processes),
+                        env=process.environment({"PYTHONPATH": ""}), reply=False)
 print(json.dumps({"uid": running.uid}), flush=True)
 running.proc.wait(timeout=60)
 print(running.finish(grace_s=0).output.decode(errors="replace"), flush=True)
@@ -455,7 +456,7 @@ def test_sandboxes_of_two_grader_processes_neither_kill_nor_count_each_other():
     import json
 
     def start(code):
-        return subprocess.Popen([sandbox.python_executable(), "-c", _GRADER_PROCESS, code, "40"],
+        return subprocess.Popen([process.python_executable(), "-c", _GRADER_PROCESS, code, "40"],
                                 cwd=ROOT, stdout=subprocess.PIPE, text=True)
 
     holder = start(_HOLDS)

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from grader.cohort import assign, demo
-from grader.isolation.source import Cell, solution_cells
-from grader.isolation.screen import screen_cells, describe
+from grader.isolation.cells.source import Cell, solution_cells
+from grader.isolation.cells.screen import screen_cells, describe
 
 ROOT = assign.COURSE_ROOT
 
@@ -272,8 +272,8 @@ def test_the_namespace_modules_are_what_the_problem_sets_export():
     """The screen follows `nn.`, `F.` ... as the modules the subject's namespace binds them to."""
     import types
 
-    from grader.isolation.screen import ALWAYS_IN_NAMESPACE, NAMESPACE_MODULES
-    from grader.isolation.subject import namespace_for
+    from grader.isolation.cells.screen import ALWAYS_IN_NAMESPACE, NAMESPACE_MODULES
+    from grader.isolation.sandbox.subject import namespace_for
 
     for ps in assign.assignments(ROOT):
         namespace = namespace_for(f"grader.problems.{ps}", name=f"__screen_test_{ps}__")

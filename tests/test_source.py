@@ -3,7 +3,7 @@ import linecache
 
 import pytest
 
-from grader.isolation.source import cells_defining, strip_magics
+from grader.isolation.cells.source import cells_defining, strip_magics
 
 
 def _run_as_cell(source: str, filename: str, namespace: dict) -> None:

@@ -1,5 +1,5 @@
 """The judge's checks of a learner's graph on a GPU, in a spawned child with its own memory bound
-(grader.isolation.spawned_child), driven on a CPU: the spawn (a fresh Python, not a fork), the
+(grader.isolation.judge.spawned_child), driven on a CPU: the spawn (a fresh Python, not a fork), the
 request and its answer, each ending (done, memory, time, failed), and the CUDA bound's protocol
 and refusals with the device's memory faked (:class:`FakeCudaMemory` stands where torch's CUDA
 allocator stands on a GPU: what a real GPU must still confirm is said in docs/trust.md). Last,
@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 
-from grader.isolation import spawned_child
+from grader.isolation.judge import spawned_child
 
 MIB = 1024 ** 2
 FAKE = f"{__name__}:FakeCudaMemory"
@@ -153,9 +153,9 @@ def test_the_graders_own_failure_is_told_apart():
 def _spawned_judge_result(monkeypatch, meter: str) -> dict:
     """fx.q1's honest graph judged with the checks of its graph in a spawned child whose device
     memory ``meter`` bounds (the judge's GPU path, on a CPU)."""
-    from grader.isolation.judging import job_for
-    from grader.isolation.judge import Judge
-    from grader.isolation.source import Cell
+    from grader.isolation.judge.judging import job_for
+    from grader.isolation.judge.steps import Judge
+    from grader.isolation.cells.source import Cell
     from test_isolation import GOOD, TESTS_DIR
 
     monkeypatch.setattr(spawned_child, "spawns", lambda device: True)

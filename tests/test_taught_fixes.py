@@ -77,7 +77,7 @@ def _solution_cell(ps: str) -> str:
 
 @pytest.fixture(scope="module")
 def judge():
-    from grader.isolation.judge_process import JudgeProcess
+    from grader.isolation.judge.judge_process import JudgeProcess
 
     process = JudgeProcess()
     yield process

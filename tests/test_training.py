@@ -17,10 +17,10 @@ import torch
 
 from grader.checks.breaks import graph_break_report
 from grader.isolation.check import Evaluation, job_for
-from grader.isolation.judge import Judge
+from grader.isolation.judge.steps import Judge
 from grader.problems import get_problem, training_step
 from grader.problems.ps5 import IGNORE, Classifier, example_inputs
-from grader.isolation.source import Cell, solution_cells
+from grader.isolation.cells.source import Cell, solution_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The reference solution, as the source notebook has it.
@@ -129,7 +129,7 @@ def test_a_training_steps_graph_is_checked_in_a_bounded_child(judge, monkeypatch
     than its limit (here lowered to 64 MiB) gives no structural point, with the reason; the
     judge grades the honest reference after both with every check passed, in the same zygote."""
     from test_attacks_unscreened import SWOLLEN_GRAPH
-    from grader.isolation import judge_child
+    from grader.isolation.judge import judge_child
 
     started = time.monotonic()
     swollen = _graded(judge, SWOLLEN_GRAPH.format(how="nodes") + REFERENCE, screen=False)

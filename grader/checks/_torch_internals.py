@@ -430,7 +430,8 @@ def is_graph_break_error(exc: BaseException) -> bool:
 def preload_compiler() -> None:
     """Import Dynamo, AOTAutograd and Inductor now, compiling nothing (no autograd, no compile
     workers, no cache written): a process that forks children which compile (the judge's zygote,
-    :class:`grader.isolation.graph_child.Zygote`) pays these imports once, not in every child."""
+    :class:`grader.isolation.judge.graph_child.Zygote`) pays these imports once, not in every
+    child."""
     import torch._dynamo  # noqa: F401
     import torch._functorch.aot_autograd  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401

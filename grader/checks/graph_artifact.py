@@ -29,7 +29,7 @@ The judge (which never runs learner code) rebuilds it (:func:`load`) only after 
 
 What the judge then does with it (runs it on inputs it chose, compares it with the baseline on
 every shape and step the problem uses, compiles it with Inductor, counts its kernels, times it)
-is in :mod:`grader.isolation.judge`.
+is in :mod:`grader.isolation.judge.steps`.
 
 Why one long module: the wire format of a graph, its allow-list and its checks
 are one trust boundary; split, a change to the format could miss the check that guards it.

@@ -3,7 +3,7 @@ and its time per call, measured in rounds so that the machine's other work moves
 and the break-even they give with its spread from round to round.
 
 One measurement, used both by the judge (ps3 q1's hidden jobs are judged on it:
-:func:`grader.isolation.reference_side.measure_jobs`) and by the learner's exploration cell
+:func:`grader.isolation.judge.reference_side.measure_jobs`) and by the learner's exploration cell
 (:func:`measure_modes`), so that a learner who measures carefully measures what the judge does.
 
 How it is measured (:func:`measure`), and why:

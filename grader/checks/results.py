@@ -3,8 +3,8 @@ evidence a check may need (:class:`Need`) and the form a check is declared in (:
 the checks themselves are :mod:`grader.checks.declared`, one module each).
 
 A problem's result is a JSON dict (``{"status": ..., "checks": {name: {...}}}``) because it
-crosses a process boundary (the judge's, :mod:`grader.isolation.judge`, to the process that scores
-it); it is read through :class:`ProblemResult`.
+crosses a process boundary (the judge's, :mod:`grader.isolation.judge.steps`, to the process that
+scores it); it is read through :class:`ProblemResult`.
 The names it may contain are defined here, and every module compares against these.
 """
 from __future__ import annotations
@@ -41,14 +41,14 @@ PROCESS_FAILURES = (Status.TIMEOUT, Status.CRASHED, Status.REJECTED)
 
 class Need(str, enum.Enum):
     """The evidence a check is decided on. The judge gathers, for each problem, what the checks
-    it decides need, and nothing else (:meth:`grader.isolation.judge.Judge.grade`)."""
+    it decides need, and nothing else (:meth:`grader.isolation.judge.steps.Judge.grade`)."""
 
     # The learner's outputs on inputs the judge drew from fresh seeds (the subject runs the
     # learner's code eagerly; the judge compares them with the original's while it runs).
     OUTPUTS = "outputs"
     # The graph of the learner's traced call, captured by the subject and rebuilt by the judge
     # from data, then checked by the judge on every class of inputs and on the problem's calls as
-    # used (``case.graph``: a :class:`grader.isolation.evidence.graph.GraphVerdict`).
+    # used (``case.graph``: a :class:`grader.isolation.judge.evidence.graph.GraphVerdict`).
     GRAPH = "graph"
     # The problem's calls as used: a fresh model compiled with fullgraph=True and called
     # ``usage_calls`` times, how often it compiled and whether a call raised (``case.evidence
@@ -72,7 +72,7 @@ class Need(str, enum.Enum):
 class EvidencePart:
     """A kind of evidence declared beside the check that needs it, not in the judge: a check
     lists it in ``needs`` as it lists a :class:`Need`, and the judge asks the subject for it
-    only where a wanted check does (:mod:`grader.isolation.evidence.declared`).
+    only where a wanted check does (:mod:`grader.isolation.judge.evidence.declared`).
 
     - ``name``: its name among the parts of a problem's checks; the judge keeps its answer in
       ``case.evidence.declared[name]``;
@@ -100,12 +100,12 @@ NEEDS_A_REFERENCE = (Need.GRAPH, Need.TIMINGS, Need.JOB_FIGURES)
 
 class Case(Protocol):
     """What a check's ``decide`` is given: one problem's evidence, as the judge gathered and
-    checked it (:class:`grader.isolation.deciding.JudgedCase` is the one there is). Only what the check
-    declared it needs is there; the rest is ``None`` or empty."""
+    checked it (:class:`grader.isolation.judge.deciding.JudgedCase` is the one there is). Only what
+    the check declared it needs is there; the rest is ``None`` or empty."""
 
     problem: Any            # the grader.problems.Problem
     device: str
-    evidence: Any           # what the subject sent, checked (isolation.evidence.record.Evidence)
+    evidence: Any           # what the subject sent, checked (judge.evidence.record.Evidence)
     graph: Any              # Need.GRAPH: the judge's verdict on the rebuilt graph, or None
     side: Any               # the problem's reference side (baseline, reference, job figures)
     outcomes: dict          # the checks decided so far, by name (the declared order)

@@ -2,8 +2,8 @@
 
 The clock and the CUDA synchronize are bound when this module is imported, before any learner
 code runs, so a learner who later replaces ``time.perf_counter`` or ``torch.cuda.synchronize``
-changes nothing here. (Grading times only in the judge, :mod:`grader.isolation.judge`, a process
-that never runs learner code.)
+changes nothing here. (Grading times only in the judge, :mod:`grader.isolation.judge.steps`, a
+process that never runs learner code.)
 
 >>> result = compare({"eager": model, "compiled": opt_model}, make_inputs, baseline="eager")
 >>> print(result)     # speedup 1.84x [1.79, 1.90] (95% CI), compile 12.1 s, 41 trials

@@ -46,7 +46,8 @@ def assignments(course_root: str = COURSE_ROOT) -> list[str]:
 def nbgrader(*args: str, cwd: str = COURSE_ROOT, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course folder ``cwd`` (:func:`nbgrader_env`); with ``check``,
     a failure raises with nbgrader's output. The one wrapper of nbgrader's command line (the
-    sandboxed autograde of :mod:`grader.cohort.grade` starts it through :func:`grader.isolation.sandbox.run`)."""
+    sandboxed autograde of :mod:`grader.cohort.grade` starts it through
+    :func:`grader.isolation.sandbox.process.run`)."""
     cmd = [sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
     if check and proc.returncode != 0:

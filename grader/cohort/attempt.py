@@ -19,7 +19,7 @@ from grader import _files as files
 from grader.cohort.collect import Submission
 from grader.cohort.settings import GradeSettings
 from grader.common.phases import Phases
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 from grader import _environment as environment
 
 UNSCREENED_FOR_TESTS_ENV = environment.UNSCREENED_FOR_TESTS  # tests only: students not screened
@@ -73,7 +73,7 @@ def submitted_notebook(course: str, sub: Submission) -> str | None:
 
 
 def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
-                isolation: sandbox.Isolation, judge=None, device: str | None = None) -> Attempt:
+                isolation: process.Isolation, judge=None, device: str | None = None) -> Attempt:
     """Grade one submission: the judged points (no learner code here; ``judge`` decides them,
     on ``device``), saved as :data:`grader._files.JUDGED_SCORES_FILE` in a new grading
     folder. The attempt's ``phases`` hold the seconds of each step (each group of problems the
@@ -114,7 +114,7 @@ def device_for(slot: int, gpus: int) -> str | None:
 
 
 def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: AttemptSettings, *,
-                   isolation: sandbox.Isolation, judges: list, workers: int
+                   isolation: process.Isolation, judges: list, workers: int
                    ) -> Iterator[tuple[Submission, str, Attempt]]:
     """The local executor: ``workers`` submissions at once in threads of this process, each
     with its worker's judge and GPU. Yields (submission, digest, attempt) as each finishes;

@@ -61,9 +61,9 @@ from grader import _files as files
 from grader.cohort import ray_address
 from grader.cohort.attempt import Attempt, AttemptSettings, device_for, gpu_count, run_attempt
 from grader.cohort.collect import Submission
-from grader.isolation.sandbox import pack_folder, unpack_folder
+from grader.isolation.sandbox.process import pack_folder, unpack_folder
 
-CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge)
+CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judge.steps)
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
 CLIENT_CONNECT_TRIES = 3  # Ray Client connections, when the server dies starting up (_init_ray)
 CLIENT_RETRY_PAUSE_S = 2.0
@@ -212,7 +212,7 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
     ``payload`` (and ``source``, the set's ``source/`` when the payload holds only the
     submission), by this worker's judge (:class:`WorkerJudge`). Returns the result archive (the
     judged scores), the failure (or None), seconds, phases and the node."""
-    from grader.isolation import sandbox
+    from grader.isolation.sandbox import process
 
     course = tempfile.mkdtemp(prefix=f"ray-{student}-{assignment}-")
     tmp = None
@@ -222,8 +222,8 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
             unpack_folder(source, course)
         unpack_folder(payload, course)
         try:
-            isolation = sandbox.probe(settings.sandbox)
-        except sandbox.SandboxUnavailable as exc:
+            isolation = process.probe(settings.sandbox)
+        except process.SandboxUnavailable as exc:
             return {"archive": b"", "failure": f"node {node} cannot run the sandbox: {exc}",
                     "seconds": 0.0, "phases": {}, "node": node}
         judge = WorkerJudge.for_task(references, course, assignment)
@@ -244,7 +244,7 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
 def _judge(folder: str, references: dict | None):
     """A judge whose compiler cache starts from the run's (:func:`references_task`: the
     reference side then compiles from cache hits), in ``folder``/judge-cache."""
-    from grader.isolation.judge_process import JudgeProcess
+    from grader.isolation.judge.judge_process import JudgeProcess
 
     cache = os.path.join(folder, "judge-cache")
     if references and references.get("cache"):

@@ -9,9 +9,9 @@ A run is an ordered list of small steps (:data:`STEPS`), each reading and adding
     connect_ray        grader.cohort.distributed (EXECUTOR=ray only: the cluster, every node checked)
     find_submissions   grader.cohort.collect (LMS downloads, submitted/); grader.cohort.demo when
                        submitted/ and downloads/ hold no file (graded in build/demo-course, saying so)
-    choose_isolation   grader.isolation.sandbox (tried for real before anyone is graded)
+    choose_isolation   grader.isolation.sandbox.process (tried for real before anyone is graded)
     prepare_gradebook  nbgrader generate_assignment (grader.cohort.assign)
-    start_judges       grader.isolation.judge, grader.cohort.scoring.build_references
+    start_judges       grader.isolation.judge.steps, grader.cohort.scoring.build_references
     autograde_all      grader.cohort.attempt: one submission's judged points, on local worker
                        threads or on Ray (grader.cohort.distributed); then, in this process, one
                        at a time: nbgrader's autograde of it (grader.cohort.judged_autograde) and
@@ -26,9 +26,9 @@ Every file name is in :mod:`grader._files`.
 
 Trust: points are decided by processes that never run learner code: the judged scoring
 (:mod:`grader.cohort.scoring`) reads and screens the solution cells, a judge process
-(:mod:`grader.isolation.judge`, one per worker) grades each problem, and the test cells are scored
-from ``TEST_CELLS``. The learner's code runs only in the judge's sandboxed subject, which sees
-neither the course nor the gradebook nor ``source/``; nbgrader runs no cell of the notebook.
+(:mod:`grader.isolation.judge.steps`, one per worker) grades each problem, and the test cells are
+scored from ``TEST_CELLS``. The learner's code runs only in the judge's sandboxed subject, which
+sees neither the course nor the gradebook nor ``source/``; nbgrader runs no cell of the notebook.
 
 Why one module: it is the run itself, its steps in the order they run, each handing
 its work to another module; split, a reader would follow one run across files to see what
@@ -55,7 +55,7 @@ from grader.cohort.judged_autograde import autograde_attempt
 from grader.cohort.merge import Graded, Outcome, already_graded, merge, merge_attempt, unreadable_reason
 from grader.cohort.settings import (DEFAULTS, GradeSettings, add_arguments, from_arguments,
                                     problems)
-from grader.isolation import sandbox
+from grader.isolation.sandbox import process
 
 
 @dataclasses.dataclass
@@ -68,7 +68,7 @@ class Run:
     settings: GradeSettings = DEFAULTS
     demo: bool = False
     subject_timeout_s: float | None = None  # per judge job (default: measured, reference_s)
-    isolation: sandbox.Isolation | None = None
+    isolation: process.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
     # Ray: assignment -> what each task's judge starts from (compiler cache, measured figures)
     built_references: dict = dataclasses.field(default_factory=dict)
@@ -140,15 +140,15 @@ MAX_LISTED = 20   # misplaced paths named one by one before "... and N more"
 
 
 def choose_isolation(run: Run) -> None:
-    """Bubblewrap, else kernel confinement, each tried for real (:func:`sandbox.probe`). Real
+    """Bubblewrap, else kernel confinement, each tried for real (:func:`process.probe`). Real
     submissions only where learner code is confined (it runs only in the judge's subject), unless
     ``--sandbox off``; the log says what it can do then. The demo runs anyway."""
     try:
-        run.isolation = sandbox.probe(run.settings.sandbox)
-    except sandbox.SandboxUnavailable as exc:
+        run.isolation = process.probe(run.settings.sandbox)
+    except process.SandboxUnavailable as exc:
         if not run.demo:
             raise SystemExit(_refusal(str(exc)))
-        run.isolation = sandbox.Isolation("none", str(exc))
+        run.isolation = process.Isolation("none", str(exc))
     if run.settings.sandbox == "auto" and not run.demo and run.isolation.mode == "none":
         raise SystemExit(_refusal(run.isolation.reason))
     run.log(f"isolation of learner code: {run.isolation.describe()}")
@@ -156,7 +156,7 @@ def choose_isolation(run: Run) -> None:
         run.log(run.isolation.warning())
         if shutil.which("bwrap") is None and run.settings.sandbox != "off":
             run.log(SANDBOX_SETUP_HINT)
-    for note in sandbox.limit_notes(sandbox.Limits(memory_bytes=run.settings.memory_bytes)):
+    for note in process.limit_notes(process.Limits(memory_bytes=run.settings.memory_bytes)):
         run.log(f"limit for learner code lowered to this shell's: {note}")
 
 
@@ -195,15 +195,15 @@ def prepare_gradebook(run: Run) -> None:
 
 
 def start_judges(run: Run) -> None:
-    """One judge process per worker (:mod:`grader.isolation.judge`: it never runs learner code,
-    decides every point, and keeps each problem's baseline and reference compiled for every
+    """One judge process per worker (:mod:`grader.isolation.judge.steps`: it never runs learner
+    code, decides every point, and keeps each problem's baseline and reference compiled for every
     submission it grades), each given the problem sets' references now, before the first
     submission. Judges share one compiler cache, so the second compiles nothing the first did;
     the first one's measured figures (ps3 q1) are handed to the others, so every submission of
     the run is judged on the same ones, and what building the references took it sets the
     subjects' deadlines (:attr:`grader.cohort.scoring.BuiltReferences.reference_s`)."""
     from grader.cohort.scoring import BuiltReferences, build_references, yardstick
-    from grader.isolation.judge_process import JudgeProcess
+    from grader.isolation.judge.judge_process import JudgeProcess
 
     todo = sorted({s.assignment for s in run.submissions
                    if run.settings.regrade or not already_graded(run.course, s)})
@@ -265,7 +265,8 @@ class JudgeCache:
     compiles the references from cache hits instead of cold. One folder per grader code, torch
     and machine (older ones are removed), beside the first, cold, build's seconds of each set
     (``cold.json``): the subjects' deadlines follow what compiling the references costs on this
-    machine (:func:`grader.isolation.judging.subject_deadline_s`), not what a warm cache makes it."""
+    machine (:func:`grader.isolation.judge.judging.subject_deadline_s`), not what a warm cache makes
+    it."""
 
     def __init__(self, folder: str):
         self.folder = folder
@@ -538,7 +539,7 @@ def grade(course: str = ".", assignments: list[str] | None = None,
     finally:
         for judge in run.judges:
             judge.close()
-        from grader.isolation.usage import remove_tree
+        from grader.isolation.sandbox.usage import remove_tree
 
         for folder in (run.judge_dir, run.subjects_dir):
             try:    # without recursion: a subject's folder may hold a chain of any depth

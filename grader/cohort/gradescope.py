@@ -29,12 +29,12 @@ at the deadline (the time limit less a minute) and on any error of the grader.
 ``AUTOGRADER_ROOT`` replaces ``/autograder`` (a test runs ``run_autograder`` on a fake tree).
 
 Isolation: Gradescope runs each submission in a fresh container. bubblewrap is used when it can
-run there (:func:`grader.isolation.sandbox.probe`); Docker's default settings usually forbid the user
-namespaces it needs. Without it the subject (the only process that runs learner code: the judge,
-:mod:`grader.isolation.judge`, decides everything) gets kernel confinement where the container's
-kernel and seccomp profile allow it (Landlock, seccomp, an unprivileged user id of its own, every
-process it starts killed and counted: the same as ``make grade``, tried for real), else, as
-Gradescope advises, at least an unprivileged user id; and ``/autograder/source/course/source``
+run there (:func:`grader.isolation.sandbox.process.probe`); Docker's default settings usually forbid
+the user namespaces it needs. Without it the subject (the only process that runs learner code: the
+judge, :mod:`grader.isolation.judge.steps`, decides everything) gets kernel confinement where the
+container's kernel and seccomp profile allow it (Landlock, seccomp, an unprivileged user id of its
+own, every process it starts killed and counted: the same as ``make grade``, tried for real), else,
+as Gradescope advises, at least an unprivileged user id; and ``/autograder/source/course/source``
 (the reference solution) is closed to it (``chmod 700``) before anything runs. ``results.json``
 records which (``extra_data.isolation``), and the autograder's stdout, shown to instructors only,
 says so. The confinement is this package's own code (ctypes): setup.sh installs nothing for it.
@@ -56,7 +56,7 @@ import zipfile
 from grader._paths import REPO_ROOT
 from grader import _environment as environment
 from grader import _files as files
-from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
+from grader.isolation.cells.source import is_autograded_test_cell, nbgrader_meta
 
 COURSE_ROOT = REPO_ROOT
 DEFAULT_ROOT = "/autograder"
@@ -195,7 +195,7 @@ def hang_bound_s(assignment: str) -> float:
     """How long a submission whose code never returns can hold the autograder, at most: each group
     of problems runs in a subject stopped at its deadline, which follows what building the
     references took there and is never above the unmeasured one
-    (:func:`grader.isolation.judging.subject_deadline_s`)."""
+    (:func:`grader.isolation.judge.judging.subject_deadline_s`)."""
     from grader.cohort.scoring import subject_deadlines
 
     return sum(subject_deadlines(assignment, None).values())
@@ -490,7 +490,7 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
     ``course``: the folder with ``grader/``, ``source/ASSIGNMENT/`` and ``gradescope.json``
     (default ``ROOT/source/course``); ``assignment`` defaults to ``gradescope.json``'s.
     ``sandbox``: 'auto', 'bwrap' or 'kernel' (required: where it cannot run, nothing is graded
-    and the results say why) or 'off' (:func:`grader.isolation.sandbox.probe`). A submission
+    and the results say why) or 'off' (:func:`grader.isolation.sandbox.process.probe`). A submission
     without a readable notebook scores zero, with the reason in the results.
 
     ``results.json`` is always there to read: written first saying that grading did not finish
@@ -503,7 +503,7 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
     import signal
     import traceback
 
-    from grader.isolation import sandbox as sandbox_mod
+    from grader.isolation.sandbox import process
     from grader.cohort.scoring import grade_notebook
 
     started = time.monotonic()
@@ -553,11 +553,11 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
         signal.setitimer(signal.ITIMER_REAL, max(deadline_s - (time.monotonic() - started), 0.001))
     failure, pending = "", ""
     try:
-        isolation = sandbox_mod.probe(sandbox)
+        isolation = process.probe(sandbox)
         state["isolation"] = isolation.describe()
         print(f"isolation of learner code: {isolation.describe()}", flush=True)
         if isolation.mode == "none" and config.get("require_confinement"):
-            raise sandbox_mod.SandboxUnavailable(
+            raise process.SandboxUnavailable(
                 f"learner code cannot be confined in this container ({isolation.reason}), and "
                 f"this autograder was built to require it")
         if os.geteuid() == 0 and os.path.isdir(os.path.join(course, files.SOURCE)):
@@ -581,11 +581,11 @@ def grade_submission(root: str | None = None, assignment: str | None = None,
                 sandbox=isolation.setting(), screen=screen, progress=progress)
         except FileNotFoundError as exc:
             failure = str(exc)
-        except ValueError as exc:   # not a notebook (grader.isolation.source)
+        except ValueError as exc:   # not a notebook (grader.isolation.cells.source)
             failure = f"{os.path.basename(state['notebook'])} is not a readable notebook ({exc})"
     except Stopped as exc:
         pending = exc.reason
-    except sandbox_mod.SandboxUnavailable as exc:
+    except process.SandboxUnavailable as exc:
         pending = (f"the sandbox this autograder requires cannot run here ({exc}); nothing was "
                    "graded: tell your instructor")
     except Exception as exc:  # noqa: BLE001 (a grader bug must still reach the student as a reason)

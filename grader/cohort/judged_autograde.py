@@ -47,7 +47,7 @@ from grader.cohort import assign
 from grader.cohort.attempt import Attempt
 from grader.cohort.collect import Submission
 from grader.cohort.scoring import JudgedScores
-from grader.isolation.source import is_autograded_test_cell, nbgrader_meta
+from grader.isolation.cells.source import is_autograded_test_cell, nbgrader_meta
 
 # What marks the learner's own outputs in the graded notebook: they come from the learner's run
 # on their own machine (self-check compares with shipped floors there), and nothing of them counts.

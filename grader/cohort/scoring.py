@@ -3,10 +3,10 @@
 For a submitted notebook this process (the trusted parent)
 
 1. reads the learner's solution cells from the ``.ipynb`` (by their nbgrader ``grade_id``);
-2. screens them (:mod:`grader.isolation.screen`), then has the judge grade every problem of
-   the set (:mod:`grader.isolation.judge`: a process that never runs learner code; the learner's
-   code runs in a sandboxed subject that answers its requests), against the reference solution
-   from the instructor's ``source/``;
+2. screens them (:mod:`grader.isolation.cells.screen`), then has the judge grade every problem of
+   the set (:mod:`grader.isolation.judge.steps`: a process that never runs learner code; the
+   learner's code runs in a sandboxed subject that answers its requests), against the reference
+   solution from the instructor's ``source/``;
 3. scores every autograded test cell from the problem set's ``TEST_CELLS``
    (:func:`grader.isolation.cell_scores.score_cell`) from the judge's verdicts;
 4. writes it all to one JSON file: the points and text of each test cell, each problem's result,
@@ -28,7 +28,7 @@ from grader.checks.jobs import JobFigures
 from grader.checks.results import NEEDS_A_REFERENCE, ProblemResult, Status
 from grader.isolation.cell_scores import CellScore, Evaluation, score_cell
 from grader.problems import get_problem, public_names, test_cells
-from grader.isolation.source import is_autograded_test_cell, nbgrader_meta, solution_cells
+from grader.isolation.cells.source import is_autograded_test_cell, nbgrader_meta, solution_cells
 
 
 @dataclasses.dataclass
@@ -120,11 +120,12 @@ class BuiltReferences:
     @property
     def reference_s(self) -> float | None:
         """What loading and compiling the set's reference took the judge on this machine, from
-        which its subjects' deadlines follow (:func:`grader.isolation.judging.subject_deadline_s`):
-        the slowest of each timed problem's reference side (the reference loaded, its graph
-        captured and compiled, the baseline compiled) and each planning question's slowest cold
-        first call (a compile of the given model); None when nothing was built. Read it from the
-        run's first judge: the others compile from its cache."""
+        which its subjects' deadlines follow
+        (:func:`grader.isolation.judge.judging.subject_deadline_s`): the slowest of each timed
+        problem's reference side (the reference loaded, its graph captured and compiled, the
+        baseline compiled) and each planning question's slowest cold first call (a compile of the
+        given model); None when nothing was built. Read it from the run's first judge: the others
+        compile from its cache."""
         figures = [float(s) for key, s in self.seconds.items() if key not in self.measured_jobs]
         figures += [max(map(float, f["first_call_s"].values()))
                     for f in self.measured_jobs.values() if f.get("first_call_s")]
@@ -134,12 +135,12 @@ class BuiltReferences:
 def build_references(assignment: str, course: str, judge, *, device: str | None = None,
                      measured_jobs: dict | None = None) -> BuiltReferences:
     """Build each timed problem's baseline and reference in ``judge`` (a running
-    :class:`grader.isolation.judge_process.JudgeProcess`) before the first submission. A planning
-    question's figures (ps3 q1's cost of each mode) are measured by the run's first judge and
-    handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
+    :class:`grader.isolation.judge.judge_process.JudgeProcess`) before the first submission. A
+    planning question's figures (ps3 q1's cost of each mode) are measured by the run's first judge
+    and handed to the others as ``measured_jobs`` (its :attr:`BuiltReferences.measured_jobs`): every
     submission of a run is judged on the same figures, and they are measured once, not once per
     worker or Ray task."""
-    from grader.isolation import judging
+    from grader.isolation.judge import judging
 
     keys = [k for k in problems_of(assignment)
             if get_problem(k).needs() & set(NEEDS_A_REFERENCE)]
@@ -174,8 +175,8 @@ def _scores(assignment: str, evaluations: dict) -> dict:
 def subject_deadlines(assignment: str, reference_s: float | None) -> dict[str, float]:
     """The subject's deadline (seconds) for each solution cell of ``assignment`` (one group of
     problems), from what building the set's references took (``reference_s``, None: not
-    measured): :func:`grader.isolation.judging.subject_deadline_s`."""
-    from grader.isolation import judging
+    measured): :func:`grader.isolation.judge.judging.subject_deadline_s`."""
+    from grader.isolation.judge import judging
 
     return {get_problem(keys[0]).solution_grade_id:
             judging.subject_deadline_s([get_problem(k) for k in keys], reference_s)
@@ -206,19 +207,19 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                    progress: Callable[[JudgedScores], None] | None = None) -> JudgedScores:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
-    ``judge``: a running :class:`grader.isolation.judge_process.JudgeProcess` (a grading run keeps one
-    per worker, its references built; by default one is started for this notebook, and builds
-    them first). ``timeout_s``: the subject's deadline per solution cell; by default it follows
-    ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the references
-    when not given; :func:`grader.isolation.judging.subject_deadline_s`). ``memory_bytes``: the
-    subject's address-space limit on CPU (``--memory-gb``). ``screen``: only the
-    grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
+    ``judge``: a running :class:`grader.isolation.judge.judge_process.JudgeProcess` (a grading run
+    keeps one per worker, its references built; by default one is started for this notebook, and
+    builds them first). ``timeout_s``: the subject's deadline per solution cell; by default it
+    follows ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the
+    references when not given; :func:`grader.isolation.judge.judging.subject_deadline_s`).
+    ``memory_bytes``: the subject's address-space limit on CPU (``--memory-gb``). ``screen``: only
+    the grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
     out)."""
-    from grader.isolation import judging
-    from grader.isolation.screen import describe, screen_cells
-    from grader.isolation.judge_process import JudgeProcess
+    from grader.isolation.judge import judging
+    from grader.isolation.cells.screen import describe, screen_cells
+    from grader.isolation.judge.judge_process import JudgeProcess
 
     own = judge is None
     judge = judge or JudgeProcess()

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from grader import _files as files
-from grader.isolation.sandbox import DEFAULT_MEMORY_BYTES
+from grader.isolation.sandbox.process import DEFAULT_MEMORY_BYTES
 
 
 def setting(default: Any, help: str, *, make: str, flag: str | None = None,
@@ -94,13 +94,13 @@ class GradeSettings:
     @property
     def memory_bytes(self) -> int:
         """``memory_gb`` in bytes: the subject's address-space limit on CPU, as the judge's job
-        carries it (:attr:`grader.isolation.judge_job.JudgeJob.memory_bytes`)."""
+        carries it (:attr:`grader.isolation.judge.judge_job.JudgeJob.memory_bytes`)."""
         return int(self.memory_gb * 2 ** 30)
 
     def probed(self, sandbox: str) -> "GradeSettings":
         """These settings with the sandbox the run probed (``'bwrap'``, ``'kernel'`` or
-        ``'off'``, :meth:`grader.isolation.sandbox.Isolation.setting`): what each submission's
-        attempt is graded with, here or on a Ray node that probes it again."""
+        ``'off'``, :meth:`grader.isolation.sandbox.process.Isolation.setting`): what each
+        submission's attempt is graded with, here or on a Ray node that probes it again."""
         return dataclasses.replace(self, sandbox=sandbox)
 
     @property

@@ -3,8 +3,8 @@
 Tensors travel as references into the blob (``{"tensor": {"dtype": "float32", "shape": [...],
 "offset": ..., "nbytes": ...}}``) and are rebuilt with ``torch.frombuffer`` after every field is
 checked: what the other side sends is only ever parsed as JSON and copied as bytes, within the
-limits below. Used for the judge's messages (:mod:`grader.isolation.channel`) and for the graph
-artifacts they carry (:mod:`grader.checks.graph_artifact`).
+limits below. Used for the judge's messages (:mod:`grader.isolation.sandbox.channel`) and for the
+graph artifacts they carry (:mod:`grader.checks.graph_artifact`).
 """
 from __future__ import annotations
 

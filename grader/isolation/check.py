@@ -5,13 +5,14 @@
 >>> check("ps1.q1", FixedModel)                  # self-check: every verdict, with hints
 >>> run_test("ps1-q1-correctness", FixedModel)   # what a test cell runs
 
-Everything is decided by a judge process that never runs learner code (:mod:`grader.isolation.judge`):
-the learner's code, taken from the *source* of the cell that defined ``FixedModel`` and screened
-first (:mod:`grader.isolation.screen`), runs in a fresh sandboxed subject process that
-answers the judge's requests; the judge checks its outputs, checks and times the graph it
-compiled to, and computes every verdict. Where the course's ``source/`` folder is at hand (an
-instructor's machine), the reference solution is measured in the same run; elsewhere (a
-student's machine, Colab) the shipped per-device floors are used, and the verdict says so.
+Everything is decided by a judge process that never runs learner code
+(:mod:`grader.isolation.judge.steps`): the learner's code, taken from the *source* of the cell that
+defined ``FixedModel`` and screened first (:mod:`grader.isolation.cells.screen`), runs in a fresh
+sandboxed subject process that answers the judge's requests; the judge checks its outputs, checks
+and times the graph it compiled to, and computes every verdict. Where the course's ``source/``
+folder is at hand (an instructor's machine), the reference solution is measured in the same run;
+elsewhere (a student's machine, Colab) the shipped per-device floors are used, and the verdict says
+so.
 
 During ``make grade`` nothing here runs: the judged scoring (:mod:`grader.cohort.scoring`)
 measures every problem of a submission in a process that never runs learner code and scores each
@@ -20,9 +21,10 @@ test cell from the problem set's ``TEST_CELLS`` with
 those verdicts (:mod:`grader.cohort.judged_autograde`).
 
 This module is the notebook's API only (``check``, ``evaluate`` and its settings
-:class:`EvaluateSettings`, ``run_test``, ``skip_while_grading``); the judge's job is built in :mod:`grader.isolation.judging`, a test cell is
-scored in :mod:`grader.isolation.cell_scores` (both this and ``make grade`` use it), and the
-reference solution is found in :mod:`grader.isolation.reference_cells`.
+:class:`EvaluateSettings`, ``run_test``, ``skip_while_grading``); the judge's job is built in
+:mod:`grader.isolation.judge.judging`, a test cell is scored in :mod:`grader.isolation.cell_scores`
+(both this and ``make grade`` use it), and the reference solution is found in
+:mod:`grader.isolation.judge.reference_cells`.
 """
 from __future__ import annotations
 
@@ -36,8 +38,8 @@ from grader.checks.results import PROCESS_FAILURES, CheckOutcome, Status
 # The notebook's one import: what a test cell or self-check names lives in these modules.
 from grader.isolation.cell_scores import (CheckFailed, Evaluation, credit,  # noqa: F401
                                           find_test_cell, score_cell)
-from grader.isolation.judging import JobSettings, job_for, run_job
-from grader.isolation.source import Cell, cells_defining
+from grader.isolation.judge.judging import JobSettings, job_for, run_job
+from grader.isolation.cells.source import Cell, cells_defining
 from grader.problems import get_problem, public_names
 
 _RESULTS: dict[str, Evaluation] = {}
@@ -46,7 +48,7 @@ _RESULTS: dict[str, Evaluation] = {}
 @dataclasses.dataclass(frozen=True)
 class EvaluateSettings(JobSettings):
     """How :func:`evaluate` (and ``check``, ``run_test``) grades: the job's settings
-    (:class:`grader.isolation.judging.JobSettings`) and these, each with its default, declared
+    (:class:`grader.isolation.judge.judging.JobSettings`) and these, each with its default, declared
     once. Each is also taken as a keyword (``evaluate(key, Model, reference="off")``)."""
 
     # Which of the problem's checks run (names; default: all).
@@ -68,12 +70,12 @@ def evaluate(key: str, *objects, cells: Iterable[Cell] | None = None, judge=None
              settings: EvaluateSettings | None = None, **options) -> Evaluation:
     """Grade ``key`` from the source of ``objects`` (or from ``cells``): a judge process runs the
     learner's code in a sandboxed subject and decides every verdict itself
-    (:mod:`grader.isolation.judge`), as ``settings`` and the :class:`EvaluateSettings` fields in
-    ``options`` say. ``judge``: a running
-    :class:`grader.isolation.judge_process.JudgeProcess` (a grading run keeps one per worker; by
-    default a new one is started).
+    (:mod:`grader.isolation.judge.steps`), as ``settings`` and the :class:`EvaluateSettings` fields
+    in ``options`` say. ``judge``: a running
+    :class:`grader.isolation.judge.judge_process.JudgeProcess` (a grading run keeps one per worker;
+    by default a new one is started).
     """
-    from grader.isolation.screen import describe, screen_cells
+    from grader.isolation.cells.screen import describe, screen_cells
 
     s = EvaluateSettings.made(settings, **options)
     problem = get_problem(key, s.problem_module)

@@ -2,7 +2,8 @@
 
 A problem set is a package ``grader/problems/psN/`` (found by its folder: :mod:`grader.problems.sets`)
 whose ``__init__.py`` defines ``PROBLEMS = {key: Problem(...)}`` and ``TEST_CELLS``. The student notebook imports the baseline from here (``from grader.problems.ps1 import *``), and the
-judge and the subject (:mod:`grader.isolation.judge`) rebuild it from here, never from the learner's kernel.
+judge and the subject (:mod:`grader.isolation.judge.steps`) rebuild it from here, never from the
+learner's kernel.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class JobPlan:
     ``method(calls, device)`` returns one of ``modes`` (``"none"``: eager, else a
     ``torch.compile`` mode) for a job of ``calls`` calls of the problem's baseline model on its
     inputs, in a fresh process. It is graded on jobs the learner cannot try
-    (:meth:`grader.isolation.judge.Judge.grade`, checks ``rule`` and ``job``):
+    (:meth:`grader.isolation.judge.steps.Judge.grade`, checks ``rule`` and ``job``):
 
     - the judge measures, once per run and never in the subject, each mode's cold first call and
       its time per call, in rounds (:func:`grader.checks.jobs.measure`: the least of the rounds'

@@ -170,7 +170,7 @@ def calibrate_floors(device: str, fraction: float = FLOOR_FRACTION,
     ``only``: problem sets ("ps7") or problems ("ps7.q1") to calibrate; the others' floors are
     kept as they are."""
     from grader.isolation.check import evaluate
-    from grader.isolation.reference_cells import reference_cells
+    from grader.isolation.judge.reference_cells import reference_cells
     from grader.problems import get_problem, problem_set, sets
 
     dev = device_class(device)

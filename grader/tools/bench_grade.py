@@ -36,16 +36,16 @@ def _cohort(students: int) -> dict[str, str]:
 def sandbox_modes(asked: str = "bwrap,kernel") -> list[tuple[str, str]]:
     """The confinements to measure (``asked``: a comma list of ``bwrap``, ``kernel``, ``off``),
     each as the ``--sandbox`` value to grade with and the words that name what the run really
-    used (:meth:`grader.isolation.sandbox.Isolation.describe`, probed for real); a confinement
-    this machine cannot give is left out, and so is a duplicate (``off`` where kernel
+    used (:meth:`grader.isolation.sandbox.process.Isolation.describe`, probed for real); a
+    confinement this machine cannot give is left out, and so is a duplicate (``off`` where kernel
     confinement works grades as ``kernel``)."""
-    from grader.isolation import sandbox
+    from grader.isolation.sandbox import process
 
     modes, seen = [], set()
     for mode in asked.split(","):
         try:
-            isolation = sandbox.probe(mode)
-        except sandbox.SandboxUnavailable as exc:
+            isolation = process.probe(mode)
+        except process.SandboxUnavailable as exc:
             print(f"bench-grade: {mode} left out: {exc}", flush=True)
             continue
         if isolation.mode not in seen:
@@ -80,7 +80,7 @@ def grade_cohort(assignment: str, students: int, workers: int, folder: str,
 
 
 # The breakdown's columns: name -> the outcome phases they add up (the judge's phases,
-# grader.isolation.judge.Judge.grade, and grader.cohort.attempt.run_attempt's); "other checks"
+# grader.isolation.judge.steps.Judge.grade, and grader.cohort.attempt.run_attempt's); "other checks"
 # takes every other phase the judge timed ("check ..."), "outside the judge" the rest of the total.
 PARTS = {
     "subject start": ("subject start",),

@@ -222,7 +222,7 @@ def run_set(assignment: str, device: str, out_path: str, sandbox: str = "auto") 
     and both are written. Returns 0 when every problem was graded (status ok)."""
     from grader.checks.results import Status
     from grader.cohort.scoring import grade_notebook
-    from grader.isolation.judge_process import JudgeProcess
+    from grader.isolation.judge.judge_process import JudgeProcess
     from grader.tools.bench import floor_for, speedup_of
 
     notebook = os.path.join(REPO_ROOT, files.SOURCE, assignment, f"{assignment}.ipynb")
@@ -316,10 +316,10 @@ def bound_probe(request: dict, blob: bytes):
 
 
 def run_bound(device: str, out_path: str) -> int:
-    """The judge's spawned child on ``device`` (:mod:`grader.isolation.spawned_child`): work
+    """The judge's spawned child on ``device`` (:mod:`grader.isolation.judge.spawned_child`): work
     within its allowance ends 'done', work past it ends 'memory' with the reason, and the bound
     and peak it reports. Writes the rows to ``out_path``; returns how many were not as expected."""
-    from grader.isolation import spawned_child
+    from grader.isolation.judge import spawned_child
 
     rows = []
     cases = (("within the allowance (128 MiB of 256 MiB)", BOUND_ALLOWANCE // 2, "done"),

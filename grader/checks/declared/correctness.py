@@ -1,10 +1,10 @@
 """correctness: the learner's outputs, computed eagerly by the subject on inputs the judge drew
 from fresh seeds (every class of inputs the problem tests), against the original's.
 
-The judge compares them while the subject runs (:func:`grader.isolation.evidence.outputs.ask`),
-so deciding is reading that comparison. It gates every structural and speed check: nothing else
-is credited, or measured, for code whose outputs are wrong (docs/design.md, "A score means
-learned it").
+The judge compares them while the subject runs
+(:func:`grader.isolation.judge.evidence.outputs.ask`), so deciding is reading that comparison. It
+gates every structural and speed check: nothing else is credited, or measured, for code whose
+outputs are wrong (docs/design.md, "A score means learned it").
 """
 from __future__ import annotations
 

@@ -90,7 +90,7 @@ def _job_direction(eager: str, choice: str, best: str, totals: dict, verdict: st
 
 # ---------------------------------------------------------------------------------------------
 # The jobs a planning question's rule is asked about (the judge asks the subject for the rule's
-# answers: grader.isolation.evidence.rule_answers), and the figures they are judged on, fitted
+# answers: grader.isolation.judge.evidence.rule_answers), and the figures they are judged on, fitted
 # to the instructor's rule before any submission is judged.
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> int:
