@@ -301,3 +301,42 @@ def test_the_demo_run_says_its_check_passed_or_names_each_score_that_differs(cap
     assert grade_module.exit_status(run) == 1
     said = capsys.readouterr().out
     assert "demo check passed" not in said and "demo: unexpected score:" in said
+
+
+def test_each_local_worker_has_cores_of_its_own():
+    from grader.cohort.attempt import worker_cores
+
+    allowed = os.sched_getaffinity(0)
+    assert worker_cores(1) == [None]                      # one worker: nothing pinned
+    assert worker_cores(len(allowed) + 1) == [None] * (len(allowed) + 1)
+    groups = worker_cores(len(allowed))
+    assert all(len(g) == 1 for g in groups) and set().union(*groups) == allowed
+
+
+def test_a_submission_takes_a_free_judge_never_one_in_use(monkeypatch):
+    """Local workers: each submission is judged by a worker's judge that is free; a slow
+    submission does not hold up the ones after it behind its judge."""
+    import threading
+
+    from grader.cohort import attempt as attempt_module
+    from grader.cohort.collect import Submission
+
+    busy, used, lock = set(), [], threading.Lock()
+
+    def fake_run_attempt(sub, course, settings, *, isolation, judge, device):
+        with lock:
+            assert judge not in busy, f"{judge} judged two submissions at once"
+            busy.add(judge)
+            used.append((sub.student, judge))
+        time.sleep(1.0 if sub.student == "slow" else 0.05)
+        with lock:
+            busy.discard(judge)
+        return attempt_module.Attempt(None, None)
+
+    monkeypatch.setattr(attempt_module, "run_attempt", fake_run_attempt)
+    todo = [(Submission(s, "ps1", "/nowhere"), "d") for s in ["slow", "a", "b", "c", "d"]]
+    done = [sub.student for sub, _, _ in attempt_module.local_attempts(
+        todo, "/nowhere", None, isolation=None, judges=["judge-0", "judge-1"], workers=2)]
+    assert sorted(done) == ["a", "b", "c", "d", "slow"]
+    assert done[-1] == "slow"                  # the other four went through the free judge
+    assert {j for s, j in used if s != "slow"} == {"judge-0", "judge-1"} - {dict(used)["slow"]}

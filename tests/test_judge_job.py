@@ -81,6 +81,31 @@ def test_the_judge_process_refuses_a_malformed_job_and_the_driver_calls_it_a_gra
     assert "the judge failed: the judge refused a malformed job" in results["ps2.q1"]["message"]
 
 
+def test_a_judge_given_cores_runs_every_thread_on_them():
+    """A local worker's judge is pinned to the worker's cores (``make grade WORKERS=2``) before
+    any of its threads starts; the subjects it starts inherit them (the kernel's rule)."""
+    import glob
+    import os
+
+    class Malformed:   # refused at once: the judge starts and answers, nothing is graded
+        problems, problem_module, timeout_s = ("ps2.q1",), None, 90.0
+
+        def to_dict(self):
+            return dict(_job().to_dict(), learner_cells="x")
+
+    core = max(os.sched_getaffinity(0))
+    judge = JudgeProcess(cores=frozenset({core}))
+    try:
+        assert judge.grade(Malformed(), timeout_s=120).error
+        allowed = set()
+        for status in glob.glob(f"/proc/{judge.proc.pid}/task/*/status"):
+            with open(status) as fh:
+                allowed |= {line.split()[1] for line in fh if line.startswith("Cpus_allowed_list")}
+    finally:
+        judge.close()
+    assert allowed == {str(core)}
+
+
 def test_a_reply_reads_back_as_itself_and_a_malformed_one_reads_as_a_failed_judge():
     result = ProblemResult(Status.OK, "ps2.q1", device="cpu", device_class="cpu",
                            checks={"correctness": CheckOutcome(True, "match")},

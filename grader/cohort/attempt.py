@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import os
+import queue
 import tempfile
 from typing import Iterator
 
@@ -113,6 +114,17 @@ def device_for(slot: int, gpus: int) -> str | None:
     return f"cuda:{slot % gpus}" if gpus else None
 
 
+def worker_cores(workers: int) -> list[frozenset[int] | None]:
+    """The CPU cores of each of ``workers`` local workers: the cores this process may use, split
+    into that many groups, so that each worker's judge and subjects (and the timings they make)
+    have cores of their own. One worker, or more workers than cores: none pinned (None)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if workers <= 1 or workers > len(allowed):
+        return [None] * max(1, workers)
+    size = len(allowed) // workers
+    return [frozenset(allowed[i * size:(i + 1) * size]) for i in range(workers)]
+
+
 def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: AttemptSettings, *,
                    isolation: process.Isolation, judges: list, workers: int
                    ) -> Iterator[tuple[Submission, str, Attempt]]:
@@ -121,13 +133,25 @@ def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: At
     interrupted (or closed early), it cancels the submissions not started."""
     gpus = gpu_count()
     workers = max(1, workers)
+    # A submission takes the judge of a worker that is free, not one picked in advance: a worker
+    # never waits on another's judge while its own is idle.
+    free: queue.Queue = queue.Queue()
+    for slot in range(workers):
+        free.put(slot)
+
+    def attempt(sub: Submission) -> Attempt:
+        slot = free.get()
+        try:
+            return run_attempt(sub, course, settings, isolation=isolation,
+                               judge=judges[slot % len(judges)] if judges else None,
+                               device=device_for(slot, gpus))
+        finally:
+            free.put(slot)
+
     with cf.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {}
-        for index, (sub, digest) in enumerate(todo):
-            slot = index % workers
-            judge = judges[slot % len(judges)] if judges else None
-            futures[pool.submit(run_attempt, sub, course, settings, isolation=isolation,
-                                judge=judge, device=device_for(slot, gpus))] = (sub, digest)
+        for sub, digest in todo:
+            futures[pool.submit(attempt, sub)] = (sub, digest)
         try:
             for future in cf.as_completed(futures):
                 sub, digest = futures[future]

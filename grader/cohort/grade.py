@@ -48,7 +48,8 @@ import warnings
 from grader import _environment as environment
 from grader import _files as files
 from grader.cohort import assign
-from grader.cohort.attempt import AttemptSettings, device_for, gpu_count, local_attempts
+from grader.cohort.attempt import (AttemptSettings, device_for, gpu_count, local_attempts,
+                                   worker_cores)
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)
 from grader.cohort.judged_autograde import autograde_attempt
@@ -232,9 +233,9 @@ def start_judges(run: Run) -> None:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache.folder, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache.folder, "triton"), TMPDIR=run.subjects_dir)
     gpus = gpu_count()
-    for slot in range(max(1, run.settings.workers)):
-        run.judges.append(JudgeProcess(env=env, log_path=os.path.join(run.judge_dir,
-                                                                       f"judge-{slot}.log")))
+    for slot, cores in enumerate(worker_cores(run.settings.workers)):
+        run.judges.append(JudgeProcess(env=env, cores=cores,
+                                       log_path=os.path.join(run.judge_dir, f"judge-{slot}.log")))
     for assignment in todo:
         started = time.monotonic()
         measured: dict = {}

@@ -23,7 +23,10 @@ class JudgeProcess:
     """A judge in a process of its own, driven from a process that holds the gradebook (or from
     a notebook's kernel, for self-check). :meth:`grade` restarts it when it died or hung."""
 
-    def __init__(self, *, env: dict | None = None, log_path: str | None = None):
+    def __init__(self, *, env: dict | None = None, log_path: str | None = None,
+                 cores: frozenset[int] | None = None):
+        """``cores``: the CPU cores the judge and the subjects it starts are pinned to (one local
+        worker's own, so two workers' timings do not share a core); None: not pinned."""
         self.env = dict(env if env is not None else os.environ)
         # The judge imports what this process imports (this grader package first, then the same
         # path: a problem set outside the package, such as a test's, resolves the same there).
@@ -31,6 +34,7 @@ class JudgeProcess:
         path += [p for p in sys.path if p and os.path.isdir(p) and p not in path]
         self.env["PYTHONPATH"] = os.pathsep.join(path)
         self.log_path = log_path
+        self.cores = cores
         self.proc = None
         self.reply_fd = None
         self.lock = threading.Lock()
@@ -41,7 +45,8 @@ class JudgeProcess:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "grader.isolation.judge.steps", "--serve", "--reply-fd",
-                 str(write_fd)], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                 str(write_fd), *(["--cores", ",".join(map(str, sorted(self.cores)))]
+                                  if self.cores else [])], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(write_fd,), env=self.env, start_new_session=True)
         finally:
             os.close(write_fd)

@@ -281,7 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="grade one job and exit")
     parser.add_argument("--reply-fd", type=int, required=True,
                         help="the file descriptor replies are written to")
+    parser.add_argument("--cores", default="",
+                        help="comma list of the CPU cores this judge and the subjects it starts "
+                             "run on (one worker's own; default: every core it may use)")
     args = parser.parse_args(argv)
+    if args.cores:   # every thread (torch's import starts some) and, by inheritance, every child
+        cores = {int(c) for c in args.cores.split(",")}
+        for thread in os.listdir("/proc/self/task"):
+            os.sched_setaffinity(int(thread), cores)
     return serve(args.reply_fd, once=args.once)
 
 
