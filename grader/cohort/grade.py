@@ -37,6 +37,7 @@ happens before what.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import dataclasses
 import os
 import shutil
@@ -238,17 +239,19 @@ def start_judges(run: Run) -> None:
                                        log_path=os.path.join(run.judge_dir, f"judge-{slot}.log")))
     for assignment in todo:
         started = time.monotonic()
-        measured: dict = {}
-        for slot, judge in enumerate(run.judges):
-            built = build_references(assignment, run.course, judge,
-                                     device=device_for(slot, gpus), measured_jobs=measured)
-            measured = measured or built.measured_jobs
-            if slot == 0:   # built cold (the others compile from its cache): it sets the deadlines
-                run.reference_s[assignment] = cache.cold_reference_s(assignment, built)
-                _say_built(run, assignment, built, time.monotonic() - started,
-                           run.reference_s[assignment])
-                for key, figures in sorted(built.measured_jobs.items()):
-                    run.log(f"{key}: {yardstick(key, figures)}")
+        # The first judge builds cold and sets the deadlines; the others then build at once, each
+        # on its own cores, from its cache and with its measured figures.
+        built = build_references(assignment, run.course, run.judges[0], device=device_for(0, gpus))
+        run.reference_s[assignment] = cache.cold_reference_s(assignment, built)
+        _say_built(run, assignment, built, time.monotonic() - started, run.reference_s[assignment])
+        for key, figures in sorted(built.measured_jobs.items()):
+            run.log(f"{key}: {yardstick(key, figures)}")
+        others = list(enumerate(run.judges))[1:]
+        if others:
+            with cf.ThreadPoolExecutor(max_workers=len(others)) as pool:
+                list(pool.map(lambda pair: build_references(
+                    assignment, run.course, pair[1], device=device_for(pair[0], gpus),
+                    measured_jobs=built.measured_jobs), others))
         run.references_seconds += time.monotonic() - started
 
 
