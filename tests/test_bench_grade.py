@@ -49,3 +49,13 @@ def test_where_a_submissions_seconds_go_adds_up_to_its_total():
     assert abs(parts["subject's answers"] - 5.6) < 1e-6
     assert abs(parts["other checks"] - 0.2) < 1e-6
     assert abs(parts["outside the judge"] - (13.0 - 12.71)) < 1e-6
+
+
+def test_every_set_is_measured_in_every_confinement_and_the_executors_on_the_compared_ones():
+    plan = bench_grade.run_plan(["bwrap", "kernel"], ["ps1", "ps2", "ps3"], ["local", "ray"],
+                                [1, 2], ["ps1"])
+    assert sorted(r for r in plan if r[2:] == ("local", 1)) == [
+        (m, a, "local", 1) for m in ("bwrap", "kernel") for a in ("ps1", "ps2", "ps3")]
+    assert sorted(r for r in plan if r[2:] != ("local", 1)) == [
+        ("bwrap", "ps1", "local", 2), ("bwrap", "ps1", "ray", 1), ("bwrap", "ps1", "ray", 2)]
+    assert len(plan) == len(set(plan))

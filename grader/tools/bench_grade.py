@@ -23,6 +23,7 @@ from grader.cohort.assign import assignments
 from grader.cohort.demo import build_demo_course
 from grader.cohort.grade import grade
 from grader.cohort.merge import Graded
+from grader import _environment as environment
 from grader._paths import REPO_ROOT
 from grader.common.tables import markdown_table
 
@@ -124,6 +125,19 @@ def _part(outcome, part: str) -> float:
 COURSE_STUDENTS = 500
 
 
+def run_plan(modes: list[str], sets: list[str], executors: list[str], worker_counts: list[int],
+             compare: list[str]) -> list[tuple[str, str, str, int]]:
+    """The runs to make, as (confinement, set, executor, workers): every set in every confinement
+    with the first executor and worker count (the seconds per submission and where they go);
+    the other executors and worker counts (throughput, Ray's overhead) in the first confinement
+    only, on the sets of ``compare``: what they measure is the executor's, not the set's."""
+    first = (executors[0], worker_counts[0])
+    plan = [(m, a, *first) for m in modes for a in sets]
+    plan += [(modes[0], a, e, w) for a in sets if a in compare for e in executors
+             for w in worker_counts if (e, w) != first]
+    return plan
+
+
 def _estimate(rows: list, worker_counts: list[int], course_sets: int, mode: str) -> str:
     """The wall time of grading a whole course (:data:`COURSE_STUDENTS` x the ``course_sets``
     measured), from this run's figures under confinement ``mode``."""
@@ -146,7 +160,7 @@ def _estimate(rows: list, worker_counts: list[int], course_sets: int, mode: str)
              f"{os.cpu_count()}-core machine grade {gain:.2f}x as many per minute, so one such "
              f"machine grades {per_node_hour:.0f} submissions an hour. Wall time = "
              f"{total:,} / (nodes x {per_node_hour:.0f}) hours, plus the once-per-run "
-             f"building of the references (the 'references s' column, per set) and Ray's overhead per submission "
+             f"building of the references (the 'references s' column of the set's first run, cold) and Ray's overhead per submission "
              f"(its column) divided by the tasks running at once:\n"]
     hours = {nodes: total / (nodes * per_node_hour) for nodes in (1, 10, 50)}
     lines.append(markdown_table(["nodes like this one", "wall time"],
@@ -170,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", default="bwrap,kernel",
                         help="comma list of the confinements to measure (bwrap, kernel, off); "
                              "each one this machine can give is measured and named as probed")
+    parser.add_argument("--compare", default="ps1,ps2",
+                        help="comma list of the sets on which the other executors and worker "
+                             "counts are measured (in the first confinement only)")
     parser.add_argument("--out", default="bench-results/bench-grade.md", help="markdown file to write")
     args = parser.parse_args(argv)
+    bench_started = time.monotonic()
     chosen = args.assignment or assignments(REPO)
     worker_counts = [int(w) for w in args.workers.split(",")]
     executors = args.executors.split(",")
@@ -181,10 +199,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for mode, words in modes:
         print(f"bench-grade: {mode}: {words}", flush=True)
+    # One compiler cache for every run: each set's references are built cold in its first run
+    # (that figure sets the subjects' deadlines of all its runs) and from the cache after.
+    cache = os.path.join(REPO, "build", "bench-grade-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.environ[environment.JUDGE_CACHE] = cache
     rows, breakdown, totals, outside = [], [], {}, {}
-    for (mode, _), assignment, executor, workers in (
-            (m, a, e, w) for m in modes for a in chosen for e in executors
-            for w in worker_counts):
+    plan = run_plan([m for m, _ in modes], chosen, executors, worker_counts,
+                    args.compare.split(","))
+    for mode, assignment, executor, workers in sorted(
+            plan, key=lambda r: (r[0] != modes[0][0], r[1], r[2] != executors[0], r[3])):
                 folder = os.path.join(REPO, "build",
                                       f"bench-grade-{assignment}-{mode}-{executor}{workers}")
                 run, total, ray_start = grade_cohort(assignment, args.students, workers, folder,
@@ -221,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{ray_start:.0f}" if executor == "ray" else "-", ", ".join(scores)])
                 shutil.rmtree(folder, ignore_errors=True)
     header = ["confinement", "problem set", "executor", "workers / Ray CPUs", "submissions", "first s/submission",
-              "later s/submission (median)", "references s (once)", "total s", "submissions/min",
+              "later s/submission (median)", "references s", "total s", "submissions/min",
               "Ray overhead s/submission", "Ray start s (once)", "scores"]
     table = markdown_table(header, rows)
     parts_header = ["confinement", "problem set", "references, once per run"] + list(PARTS) + ["total"]
@@ -246,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             f"the run's wall time outside the submissions' own seconds and the references, per "
             f"submission, less the same figure of local workers (a worker's first submission "
             f"also compiles its judge's references, from the run's cache: in its seconds; the "
-            f"instance's own start, once per cluster, is its own column)."
+            f"instance's own start, once per cluster, is its own column). Every run shares one "
+            f"compiler cache: 'references s' is a cold build in a set's first run (its first "
+            f"row), from the cache in the others. The other executors and worker counts are "
+            f"measured in the first confinement, on {args.compare.replace(',', ', ')}. This "
+            f"benchmark took {(time.monotonic() - bench_started) / 60:.1f} min."
             f"\n\n{table}\n\n"
             f"## Where a submission's seconds go\n\nMedian seconds per later submission "
             f"({executors[0]}, {worker_counts[0]} worker(s)), summed over the set's problems (one "
