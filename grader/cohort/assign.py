@@ -45,9 +45,10 @@ def assignments(course_root: str = COURSE_ROOT) -> list[str]:
 
 def nbgrader(*args: str, cwd: str = COURSE_ROOT, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course folder ``cwd`` (:func:`nbgrader_env`); with ``check``,
-    a failure raises with nbgrader's output. The one wrapper of nbgrader's command line (the
-    sandboxed autograde of :mod:`grader.cohort.grade` starts it through
-    :func:`grader.isolation.sandbox.process.run`)."""
+    a failure raises with nbgrader's output. The one wrapper of nbgrader's command line
+    (``make grade``'s autograde, feedback and grades CSV run nbgrader's converters and plugin in
+    its own process instead: :mod:`grader.cohort.judged_autograde`,
+    :mod:`grader.cohort.feedback`)."""
     cmd = [sys.executable, "-m", "nbgrader", *args]
     proc = subprocess.run(cmd, cwd=cwd, env=nbgrader_env(), capture_output=True, text=True)
     if check and proc.returncode != 0:
