@@ -114,6 +114,20 @@ def test_gradebook_csv_and_report_agree(demo_run):
     assert ASSIGNMENT in report and "<img" in report
 
 
+def test_the_judges_precompiled_header_is_kept_in_their_compiler_cache(demo_run):
+    """Inductor's precompiled C++ header (seconds of g++) is made in the judges' compiler cache,
+    which the next run reads, not in the run's temporary folder, which the run removes: so the
+    next run neither builds it again nor, as its path is part of each kernel's build line,
+    rebuilds every kernel."""
+    import glob
+
+    from grader.cohort.grade import JudgeCache
+
+    inductor = os.path.join(JudgeCache.of(demo_run.course).folder, "inductor")
+    assert glob.glob(os.path.join(inductor, "precompiled_headers", "*.gch"))
+    assert not os.path.exists(demo_run.subjects_dir)
+
+
 def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsys):
     folder = str(tmp_path / "course")
     cohort = {"a_blank": "cy_blank", "b_crash": "fay_crash", "c_corrupt": "hal_corrupt",

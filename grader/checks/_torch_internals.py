@@ -983,6 +983,28 @@ def inductor_cache_dir() -> str:
     return cache_dir()
 
 
+def keep_precompiled_headers_in_cache_dir() -> str | None:
+    """Keep Inductor's precompiled C++ headers beside its compiled kernels, under
+    ``TORCHINDUCTOR_CACHE_DIR``, when that is set; returns the folder (``None``: left alone).
+
+    Inductor precompiles ``cpp_prefix.h`` (a ``.gch`` of about 150 MB, some seconds of g++) for the
+    C++ kernels it builds on a CPU and keeps it in ``tempfile.gettempdir()/torchinductor_USER/
+    precompiled_headers`` whatever the cache folder is (``_HEADER_DIR`` and ``_HEADER_LOCK_DIR`` in
+    ``torch/_inductor/codecache.py``, set at import: "these headers need to be global"). A judge's
+    ``TMPDIR`` is its run's fresh folder, so every run built the header again. The file's name
+    hashes the compiler, its flags and the preprocessed header, so keeping it across runs is safe."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder:
+        return None
+    from torch._inductor import codecache
+
+    if not hasattr(codecache, "_HEADER_DIR"):   # a torch without precompiled headers
+        return None
+    codecache._HEADER_DIR = os.path.join(folder, "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    return codecache._HEADER_DIR
+
+
 def import_inductor() -> None:
     """Import ``torch._inductor`` (which, in torch 2.8 and 2.14, imports ``torch._dynamo`` too): the
     Python-side part of loading an AOTInductor package, timed apart from the load itself."""

@@ -361,6 +361,7 @@ def _zygote(entry: str, reply_fd: int, preload: str | None = None) -> int:
         confine.die_with_parent()
     except confine.Unavailable:
         pass
+    ti.keep_precompiled_headers_in_cache_dir()   # before its children compile anything
     handler = _function(entry)
     if preload:
         _function(preload)()

@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="what bounds the device's memory (none: the address space)")
     parser.add_argument("--reply-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    from grader.checks import _torch_internals
+
+    _torch_internals.keep_precompiled_headers_in_cache_dir()   # before it compiles anything
     return child(args.entry, args.device_memory, args.reply_fd)
 
 

@@ -66,7 +66,7 @@ import traceback
 
 import torch
 
-from grader.checks import graph_artifact, targets
+from grader.checks import _torch_internals, graph_artifact, targets
 from grader.checks.declared import job as job_check
 from grader.checks.jobs import JobFigures
 from grader.checks.results import Need, ProblemResult, Status
@@ -289,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         cores = {int(c) for c in args.cores.split(",")}
         for thread in os.listdir("/proc/self/task"):
             os.sched_setaffinity(int(thread), cores)
+    # Before any compile: the precompiled header stays with the judges' compiler cache.
+    _torch_internals.keep_precompiled_headers_in_cache_dir()
     return serve(args.reply_fd, once=args.once)
 
 
