@@ -42,13 +42,15 @@ def test_where_a_submissions_seconds_go_adds_up_to_its_total():
     phases = {"reference side": 0.0, "subject start": 2.4, "learner cells": 0.01,
               "correctness": 0.4, "capture": 3.0, "calls as used": 2.1, "subject stop": 0.1,
               "graph checks": 0.3, "check speed": 3.7, "graph child": 0.1, "check recompiles": 0.2,
-              "judge ps1.q1": 12.2, "judged scores": 12.3, "nbgrader autograde": 0.4}
-    outcome = types.SimpleNamespace(phases=phases, seconds=13.0)
+              "next subject": 0.3, "judge ps1.q1": 12.5, "judged scores": 12.6,
+              "nbgrader autograde": 0.4}
+    outcome = types.SimpleNamespace(phases=phases, seconds=13.3)
     parts = {part: bench_grade._part(outcome, part) for part in bench_grade.PARTS}
-    assert abs(sum(parts.values()) - 13.0) < 1e-6
+    assert abs(sum(parts.values()) - 13.3) < 1e-6
     assert abs(parts["subject's answers"] - 5.6) < 1e-6
+    assert abs(parts["next subject"] - 0.3) < 1e-6
     assert abs(parts["other checks"] - 0.2) < 1e-6
-    assert abs(parts["outside the judge"] - (13.0 - 12.71)) < 1e-6
+    assert abs(parts["outside the judge"] - (13.3 - 13.01)) < 1e-6
 
 
 def test_every_set_is_measured_in_every_confinement_and_the_executors_on_the_compared_ones():

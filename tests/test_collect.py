@@ -89,8 +89,8 @@ def test_an_unknown_assignment_stops_with_the_ones_there_are(tmp_path):
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--workers", "0"], "WORKERS (--workers) must be at least 1, not 0"),
-    (["--workers", "-2"], "WORKERS (--workers) must be at least 1, not -2"),
+    (["--workers", "-2"], "WORKERS (--workers) must be at least 0, not -2"),
+    (["--memory-gb", "0"], "MEMORY_GB (--memory-gb) must be at least 1, not 0"),
     (["--roster", "/nonexistent/export.csv"], "ROSTER (--roster): no such file: /nonexistent"),
     (["--ray-address", "head:6379"], "RAY_ADDRESS (--ray-address) is head:6379 but EXECUTOR"),
     (["--workers", "two"], "argument --workers: invalid int value: 'two'"),
@@ -124,8 +124,8 @@ def test_make_grade_itself_stops_before_grading(tmp_path):
     assert "demo" not in misplaced.stdout
     unknown = _make_grade(f"COURSE={course}", "ASSIGNMENT=ps99")
     assert "no problem set ps99" in unknown.stderr and "Traceback" not in unknown.stderr
-    workers = _make_grade(f"COURSE={course}", "WORKERS=0")
-    assert "make grade: WORKERS (--workers) must be at least 1, not 0" in workers.stderr
+    workers = _make_grade(f"COURSE={course}", "WORKERS=-1")
+    assert "make grade: WORKERS (--workers) must be at least 0, not -1" in workers.stderr
 
 
 def test_every_grade_option_is_a_make_variable_that_make_help_lists_with_its_default():

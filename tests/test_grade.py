@@ -321,7 +321,7 @@ def test_each_local_worker_has_cores_of_its_own():
     from grader.cohort.attempt import worker_cores
 
     allowed = os.sched_getaffinity(0)
-    assert worker_cores(1) == [None]                      # one worker: nothing pinned
+    assert worker_cores(1) == [frozenset(allowed)]        # one worker: every core, its own
     assert worker_cores(len(allowed) + 1) == [None] * (len(allowed) + 1)
     groups = worker_cores(len(allowed))
     assert all(len(g) == 1 for g in groups) and set().union(*groups) == allowed

@@ -114,13 +114,49 @@ def device_for(slot: int, gpus: int) -> str | None:
     return f"cuda:{slot % gpus}" if gpus else None
 
 
+# What a local worker holds besides its subject (at most MEMORY_GB): its judge, with torch and
+# the compiled references (0.8 GB after ps1, measured 2026-12-06), and the next job's subject
+# waiting with its imports done (0.7 GB).
+WORKER_OVERHEAD_BYTES = 2 * 2 ** 30
+
+
+def available_memory_bytes() -> int | None:
+    """What the kernel says this machine could give now without swapping (``MemAvailable``)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def default_workers(memory_bytes: int) -> int:
+    """How many submissions ``make grade`` grades at once when ``WORKERS`` is not set: one per
+    core this process may use (each worker's judge pinned to its own: on 2 cores two workers
+    graded 1.3 to 2 times as many submissions a minute as one worker with both, docs/grading.md),
+    no more than the memory available holds at ``memory_bytes`` (the subject's limit) plus
+    :data:`WORKER_OVERHEAD_BYTES` each, and on a GPU box no more than its GPUs. At least one."""
+    count = len(os.sched_getaffinity(0))
+    available = available_memory_bytes()
+    if available is not None:
+        count = min(count, available // (memory_bytes + WORKER_OVERHEAD_BYTES))
+    gpus = gpu_count()
+    if gpus:
+        count = min(count, gpus)
+    return max(1, int(count))
+
+
 def worker_cores(workers: int) -> list[frozenset[int] | None]:
     """The CPU cores of each of ``workers`` local workers: the cores this process may use, split
     into that many groups, so that each worker's judge and subjects (and the timings they make)
-    have cores of their own. One worker, or more workers than cores: none pinned (None)."""
+    have cores of their own (one worker: all of them). More workers than cores: none pinned
+    (None), the cores shared."""
     allowed = sorted(os.sched_getaffinity(0))
-    if workers <= 1 or workers > len(allowed):
-        return [None] * max(1, workers)
+    if workers > len(allowed):
+        return [None] * workers
+    workers = max(1, workers)
     size = len(allowed) // workers
     return [frozenset(allowed[i * size:(i + 1) * size]) for i in range(workers)]
 

@@ -49,8 +49,8 @@ import warnings
 from grader import _environment as environment
 from grader import _files as files
 from grader.cohort import assign
-from grader.cohort.attempt import (AttemptSettings, device_for, gpu_count, local_attempts,
-                                   worker_cores)
+from grader.cohort.attempt import (AttemptSettings, default_workers, device_for, gpu_count,
+                                   local_attempts, worker_cores)
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)
 from grader.cohort.judged_autograde import autograde_attempt
@@ -70,6 +70,7 @@ class Run:
     settings: GradeSettings = DEFAULTS
     demo: bool = False
     subject_timeout_s: float | None = None  # per judge job (default: measured, reference_s)
+    workers_chosen: bool = True   # False: WORKERS was not set, settings.workers is the default's
     isolation: process.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
     # Ray: assignment -> what each task's judge starts from (compiler cache, measured figures)
@@ -234,7 +235,13 @@ def start_judges(run: Run) -> None:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache.folder, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache.folder, "triton"), TMPDIR=run.subjects_dir)
     gpus = gpu_count()
-    for slot, cores in enumerate(worker_cores(run.settings.workers)):
+    groups = worker_cores(run.settings.workers)
+    run.log(f"workers: {len(groups)}, each with a judge"
+            + (" on cores of its own" if groups[0] is not None else " (sharing the cores)")
+            + ("" if run.workers_chosen else
+               f"; one per core, as many as the memory available holds at MEMORY_GB="
+               f"{run.settings.memory_gb:g} plus 2 GiB each (WORKERS=n to choose)"))
+    for slot, cores in enumerate(groups):
         run.judges.append(JudgeProcess(env=env, cores=cores,
                                        log_path=os.path.join(run.judge_dir, f"judge-{slot}.log")))
     for assignment in todo:
@@ -525,6 +532,10 @@ def grade(course: str = ".", assignments: list[str] | None = None,
                                    **{k: v for k, v in options.items() if k in names})
     settings = dataclasses.replace(settings, course=course,
                                    assignments=tuple(assignments or ())).resolved()
+    options.setdefault("workers_chosen", bool(settings.workers))
+    if not settings.workers:     # WORKERS not set: from the cores, the memory and the GPUs at hand
+        settings = dataclasses.replace(settings,
+                                       workers=default_workers(settings.memory_bytes))
     options = {k: v for k, v in options.items() if k not in names}
     known = course_assignments(course)
     unknown = [a for a in assignments or [] if a not in known]

@@ -40,8 +40,10 @@ class GradeSettings:
     assignments: tuple = setting((), "grade only this assignment (default: every folder of "
                                      "source/); repeatable", flag="--assignment", repeat=True,
                                  make="ASSIGNMENT")
-    workers: int = setting(1, "submissions graded at once (on a GPU box: one per GPU)",
-                           make="WORKERS", minimum=1)
+    workers: int = setting(0, "submissions graded at once, each by a worker with a judge and "
+                              "cores of its own; 0: one per core, no more than the available "
+                              "memory holds at MEMORY_GB plus 2 GiB each, nor than the GPUs "
+                              "(the run says how many)", make="WORKERS", minimum=0)
     memory_gb: float = setting(DEFAULT_MEMORY_BYTES / 2 ** 30,
                                "address-space limit of the process that runs a submission's code "
                                "for the judge (its subject), on CPU, in GiB (the self-check's "

@@ -85,6 +85,7 @@ def grade_cohort(assignment: str, students: int, workers: int, folder: str,
 # takes every other phase the judge timed ("check ..."), "outside the judge" the rest of the total.
 PARTS = {
     "subject start": ("subject start",),
+    "next subject": ("next subject",),
     "learner cells": ("learner cells",),
     "subject's answers": ("correctness", "capture", "calls as used", "custom operator", "plan",
                           "subject stop"),
@@ -98,7 +99,10 @@ PARTS = {
 # Phases that sum others (a judge job's whole seconds; the attempt's lap around all its jobs).
 SUMS = ("judge ", "judged scores")
 PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process that runs the "
-              "learner's code; learner cells = running them (definitions: the models are built "
+              "learner's code (about 0 where the judge started it during the job before); next "
+              "subject = waiting, before the judge's own checks, until the next job's subject "
+              "(started beside this one where the judge has two cores of its own) has done its "
+              "imports; learner cells = running them (definitions: the models are built "
               "by the requests that follow); subject's answers = its outputs on the judge's "
               "inputs, the graph it captured, the problem's calls as used and their compile "
               "count, a custom operator's registration, a planning rule's answers, and stopping "

@@ -25,8 +25,9 @@ class JudgeProcess:
 
     def __init__(self, *, env: dict | None = None, log_path: str | None = None,
                  cores: frozenset[int] | None = None):
-        """``cores``: the CPU cores the judge and the subjects it starts are pinned to (one local
-        worker's own, so two workers' timings do not share a core); None: not pinned."""
+        """``cores``: the CPU cores the judge and the subjects it starts are pinned to, its own
+        (one local worker's, so two workers' timings do not share a core; with two or more, the
+        judge starts each next job's subject ahead); None: not pinned, shared."""
         self.env = dict(env if env is not None else os.environ)
         # The judge imports what this process imports (this grader package first, then the same
         # path: a problem set outside the package, such as a test's, resolves the same there).

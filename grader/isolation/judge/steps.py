@@ -79,15 +79,20 @@ from grader.isolation.judge.evidence.record import Evidence
 from grader.isolation.judge.judge_job import BUILD_REFERENCES, JudgeJob, JudgeReply, MalformedJob
 from grader.isolation.judge.reference_side import ReferenceSide
 from grader.isolation.cells.source import Cell
-from grader.isolation.judge.subject_session import GraderFailed, SubjectGone, SubjectSession
+from grader.isolation.judge.subject_session import (GraderFailed, NextSubject, SubjectGone,
+                                                    SubjectSession)
 from grader.problems import Problem, get_problem, public_names
 
 
 class Judge:
     """Grades jobs; keeps each problem's :class:`ReferenceSide` for the next one."""
 
-    def __init__(self) -> None:
+    def __init__(self, start_ahead: bool = False) -> None:
         self.sides: dict[tuple, ReferenceSide] = {}
+        # The next job's subject, started as this job's starts, where the judge has a core for
+        # its imports besides the one this job's learner code runs on (NextSubject).
+        self.start_ahead = start_ahead
+        self.next_subject = NextSubject()
         # Forks the children that check a training problem's graph (started when first needed).
         self.zygote = graph_child.Zygote(judge_child.TRAINING_WORKER,
                                          preload=judge_child.PRELOAD_COMPILER)
@@ -177,10 +182,14 @@ class Judge:
         deadline = time.monotonic() + job.timeout_s
         evidence = {k: Evidence() for k in problems}
         subject = None
+        kind = (isolation, device, module, job.memory_bytes)
+        session = dict(isolation=isolation, device=device, problem_module=module,
+                       memory_bytes=job.memory_bytes)
         try:
-            subject = SubjectSession(isolation=isolation, device=device, problem_module=module,
-                                     deadline=deadline,
-                                     memory_bytes=job.memory_bytes)
+            subject = self.next_subject.take(kind, deadline) \
+                or SubjectSession(**session, deadline=deadline)
+            if self.start_ahead:
+                self.next_subject.start(kind, **session)
             gather(subject, problems, sides, wanted, learner_cells, device, module, evidence, lap)
         except SubjectGone as gone:
             for k, r in results.items():
@@ -207,6 +216,9 @@ class Judge:
             lap("subject stop")
         for r in results.values():
             r.extra["sandbox"] = isolation.mode
+        # What follows is timed: the next subject finishes its imports first.
+        if self.next_subject.ready():
+            lap("next subject")
         # 4. Decide.
         for key, problem in problems.items():
             ev, result = evidence[key], results[key]
@@ -256,11 +268,12 @@ class Judge:
 # ---------------------------------------------------------------------------------------------
 # The judge as a process
 
-def serve(reply_fd: int, once: bool = False) -> int:
+def serve(reply_fd: int, once: bool = False, start_ahead: bool = False) -> int:
     """Grade jobs read from stdin, one reply each on ``reply_fd``, until stdin closes. Each job is
     checked whole as it is read (:meth:`JudgeJob.from_dict`): a malformed one is refused with the
-    reason, which the driver reports as a grader error for each of its problems."""
-    judge = Judge()
+    reason, which the driver reports as a grader error for each of its problems.
+    ``start_ahead``: start each next job's subject while this job's runs (:class:`NextSubject`)."""
+    judge = Judge(start_ahead=start_ahead and not once)
 
     def answer(message: dict, _blob: bytes) -> tuple[dict, bytes]:
         try:
@@ -272,7 +285,10 @@ def serve(reply_fd: int, once: bool = False) -> int:
             reply = JudgeReply.failed(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         return json.loads(json.dumps(reply.to_dict(), default=str)), b""
 
-    return channel.serve(reply_fd, answer, done=lambda _message: once or judge.tainted)
+    try:
+        return channel.serve(reply_fd, answer, done=lambda _message: once or judge.tainted)
+    finally:
+        judge.next_subject.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,15 +299,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the file descriptor replies are written to")
     parser.add_argument("--cores", default="",
                         help="comma list of the CPU cores this judge and the subjects it starts "
-                             "run on (one worker's own; default: every core it may use)")
+                             "run on, its own (one worker's): with two or more, the next job's "
+                             "subject is started while a job's runs (default: every core it may "
+                             "use, shared, and no subject started ahead)")
     args = parser.parse_args(argv)
-    if args.cores:   # every thread (torch's import starts some) and, by inheritance, every child
-        cores = {int(c) for c in args.cores.split(",")}
+    cores = {int(c) for c in args.cores.split(",")} if args.cores else set()
+    if cores:   # every thread (torch's import starts some) and, by inheritance, every child
         for thread in os.listdir("/proc/self/task"):
             os.sched_setaffinity(int(thread), cores)
     # Before any compile: the precompiled header stays with the judges' compiler cache.
     _torch_internals.keep_precompiled_headers_in_cache_dir()
-    return serve(args.reply_fd, once=args.once)
+    # A job's learner code runs on one core: where this judge has another of its own, the next
+    # job's subject does its imports there meanwhile.
+    return serve(args.reply_fd, once=args.once, start_ahead=len(cores) >= 2)
 
 
 if __name__ == "__main__":

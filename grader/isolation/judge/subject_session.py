@@ -80,7 +80,8 @@ class SubjectSession:
     """One subject process: requests with deadlines, replies parsed as data only."""
 
     def __init__(self, *, isolation: process.Isolation, device: str, problem_module: str | None,
-                 deadline: float, memory_bytes: int | None = process.DEFAULT_MEMORY_BYTES):
+                 deadline: float, memory_bytes: int | None = process.DEFAULT_MEMORY_BYTES,
+                 import_ahead: bool = False):
         self.deadline = deadline
         extra = _module_dirs(problem_module)
         env = process.environment({"TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",
@@ -95,7 +96,8 @@ class SubjectSession:
         timeout = max(1.0, deadline - time.monotonic())
         try:
             self.running = process.start(
-                [process.python_executable(), "-m", "grader.isolation.sandbox.subject"],
+                [process.python_executable(), "-m", "grader.isolation.sandbox.subject",
+                 *(["--import-ahead"] if import_ahead else [])],
                 isolation=isolation,
                 limits=process.Limits(timeout_s=timeout, memory_bytes=memory_bytes),
                 read_only=extra, env=env, home=self.home, device=device)
@@ -181,3 +183,69 @@ class SubjectSession:
             except OSError as exc:   # not the learner's doing (their code is gone): said, not fatal
                 print(f"grader: could not remove {self.home}: {exc}", file=sys.stderr, flush=True)
             self.home = None
+
+
+# How long the judge waits for a subject started ahead to finish its imports (it then holds
+# nothing of any learner's and is stopped: the job starts one of its own).
+BOOT_S = 120.0
+
+
+class NextSubject:
+    """The subject of the judge's next job, started while this job's subject answers.
+
+    A subject spends its first seconds importing torch and Dynamo, before any learner code
+    reaches it. Started when a job's own subject starts, the next one imports on another core
+    while this job's learner code runs, and the next job finds it ready. It is the same process,
+    confined the same way before its first instruction, as one started when the job arrives: it
+    holds nothing until that job's first request, and no two jobs share one. A job takes it only
+    where it was started for the same confinement, device, problem module and memory, and only
+    when it answers at once; otherwise it is stopped and the job starts its own, so a subject
+    that died waiting costs a start, never a grade.
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.session: SubjectSession | None = None
+
+    def start(self, key: tuple, **session) -> None:
+        """Start the subject for a job of ``key`` (the :class:`SubjectSession` arguments but
+        the deadline, which its job sets), unless one for ``key`` is waiting already."""
+        if self.session is not None and self.key == key and self.session.running.alive():
+            return
+        self.stop()
+        try:
+            self.session = SubjectSession(**session, deadline=time.monotonic() + BOOT_S,
+                                          import_ahead=True)
+            self.key = key
+        except OSError:   # the job then starts its own, and says why if it cannot either
+            self.session = self.key = None
+
+    def ready(self) -> bool:
+        """Wait until the waiting subject has done its imports (a round trip it answers after
+        them), so that what the judge measures next has the machine to itself; ``False`` (and
+        stopped) when there is none or it did not answer."""
+        if self.session is None:
+            return False
+        self.session.deadline = time.monotonic() + BOOT_S
+        try:
+            self.session.request({"op": "hello"})
+            return True
+        except (SubjectGone, GraderFailed):
+            self.stop()
+            return False
+
+    def take(self, key: tuple, deadline: float) -> SubjectSession | None:
+        """The waiting subject for a job of ``key`` with its ``deadline``, if it was started for
+        such a job and answers; ``None`` otherwise (and whatever waited is stopped)."""
+        if self.session is None or self.key != key or not self.ready():
+            self.stop()
+            return None
+        session, self.session, self.key = self.session, None, None
+        session.deadline = deadline
+        return session
+
+    def stop(self) -> None:
+        """Stop the waiting subject, if any (the judge ends, or the next job is of another kind)."""
+        if self.session is not None:
+            self.session.stop()
+        self.session = self.key = None
