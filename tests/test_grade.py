@@ -149,6 +149,8 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
              for m in finished}
 
     run = grade(folder, [ASSIGNMENT], workers=2)   # what the kill left, two at a time
+    # No more judges than submissions left (each builds the references before grading one).
+    assert len(run.judges) == min(2, len(cohort) - len(finished))
     by_student = {o.submission.student: o for o in run.outcomes}
     for student, score in saved.items():
         assert by_student[student].status == "skipped" and by_student[student].score == score
@@ -354,3 +356,34 @@ def test_a_submission_takes_a_free_judge_never_one_in_use(monkeypatch):
     assert sorted(done) == ["a", "b", "c", "d", "slow"]
     assert done[-1] == "slow"                  # the other four went through the free judge
     assert {j for s, j in used if s != "slow"} == {"judge-0", "judge-1"} - {dict(used)["slow"]}
+
+
+def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypatch):
+    """Each judge builds the references before its first submission: adding one submission to a
+    graded course starts one judge, whatever WORKERS says, and it has every core."""
+    import dataclasses
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort import scoring
+    from grader.cohort.collect import Submission
+    from grader.cohort.settings import DEFAULTS
+    from grader.cohort.scoring import BuiltReferences
+    from grader.isolation.judge import judge_process
+
+    started = []
+
+    class FakeJudge:
+        def __init__(self, *, env, cores, log_path):
+            started.append(cores)
+
+    monkeypatch.setattr(judge_process, "JudgeProcess", FakeJudge)
+    monkeypatch.setattr(scoring, "build_references",
+                        lambda *a, **k: BuiltReferences({"ps1.q1": 1.0}))
+    monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: sub.student != "new")
+    monkeypatch.setenv("COURSE_JUDGE_CACHE", str(tmp_path / "cache"))
+    subs = [Submission(s, "ps1", str(tmp_path / s)) for s in ("old1", "old2", "new")]
+    run = grade_module.Run(course=str(tmp_path), assignments=["ps1"], submissions=subs,
+                           settings=dataclasses.replace(DEFAULTS, workers=2))
+    grade_module.start_judges(run)
+    assert started == [frozenset(os.sched_getaffinity(0))]
+    assert len(run.judges) == 1

@@ -208,8 +208,9 @@ def start_judges(run: Run) -> None:
     from grader.cohort.scoring import BuiltReferences, build_references, yardstick
     from grader.isolation.judge.judge_process import JudgeProcess
 
-    todo = sorted({s.assignment for s in run.submissions
-                   if run.settings.regrade or not already_graded(run.course, s)})
+    pending = [s for s in run.submissions
+               if run.settings.regrade or not already_graded(run.course, s)]
+    todo = sorted({s.assignment for s in pending})
     if run.settings.executor == "ray":
         for assignment in todo:  # built on a grading node: the cache suits its machine type
             started = time.monotonic()
@@ -235,12 +236,17 @@ def start_judges(run: Run) -> None:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache.folder, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache.folder, "triton"), TMPDIR=run.subjects_dir)
     gpus = gpu_count()
-    groups = worker_cores(run.settings.workers)
-    run.log(f"workers: {len(groups)}, each with a judge"
-            + (" on cores of its own" if groups[0] is not None else " (sharing the cores)")
-            + ("" if run.workers_chosen else
-               f"; one per core, as many as the memory available holds at MEMORY_GB="
-               f"{run.settings.memory_gb:g} plus 2 GiB each (WORKERS=n to choose)"))
+    # No more judges than submissions to grade: each builds the references first, so a run that
+    # adds one submission to a graded course builds them once.
+    groups = worker_cores(max(1, min(run.settings.workers, len(pending))))
+    why = "" if run.workers_chosen else (
+        f"one per core, as many as the memory available holds at MEMORY_GB="
+        f"{run.settings.memory_gb:g} plus 2 GiB each; WORKERS=n to choose")
+    if len(groups) < run.settings.workers:
+        why = f"{len(pending)} submission{'s' if len(pending) > 1 else ''} to grade"
+    run.log(f"workers: {len(groups)}, each with a judge "
+            + ("on cores of its own" if groups[0] is not None else "(sharing the cores)")
+            + (f" ({why})" if why else ""))
     for slot, cores in enumerate(groups):
         run.judges.append(JudgeProcess(env=env, cores=cores,
                                        log_path=os.path.join(run.judge_dir, f"judge-{slot}.log")))
@@ -388,7 +394,7 @@ def autograde_all(run: Run) -> None:
         attempts = ray_attempts(_ray(run), run.course, todo, settings, run.built_references)
     else:
         attempts = local_attempts(todo, run.course, settings, isolation=run.isolation,
-                                  judges=run.judges, workers=run.settings.workers)
+                                  judges=run.judges, workers=len(run.judges) or 1)
     try:
         for sub, digest, attempt in attempts:
             attempt = autograde_attempt(run.course, sub, attempt)
