@@ -387,3 +387,58 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
     grade_module.start_judges(run)
     assert started == [frozenset(os.sched_getaffinity(0))]
     assert len(run.judges) == 1
+
+
+def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_alone(
+        tmp_path, monkeypatch):
+    """start_judges with two workers: every judge builds every set; each set once cold, the
+    others from the cache with the figures the cold build measured; the cold builds of two sets
+    run at the same time on the two judges; ps3, whose planning question is measured as it is
+    built, is built before anything else and alone."""
+    import dataclasses
+    import threading
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort import scoring
+    from grader.cohort.collect import Submission
+    from grader.cohort.scoring import BuiltReferences
+    from grader.cohort.settings import DEFAULTS
+    from grader.isolation.judge import judge_process
+
+    class FakeJudge:
+        def __init__(self, *, env, cores, log_path):
+            self.name = os.path.basename(log_path)
+
+    lock, running, events, given = threading.Lock(), set(), [], {}
+    both_cold = threading.Barrier(2, timeout=20)   # broken unless two cold builds meet
+
+    def fake_build(assignment, course, judge, *, device=None, measured_jobs=None):
+        cold = measured_jobs is None
+        with lock:
+            events.append((assignment, judge.name, cold, sorted(running)))
+            given[(assignment, judge.name)] = measured_jobs
+            running.add((assignment, judge.name))
+        if cold and assignment in ("ps1", "ps2"):
+            both_cold.wait()
+        time.sleep(0.05)
+        with lock:
+            running.discard((assignment, judge.name))
+        figures = {"ps3.q1": {"measured": True}} if assignment == "ps3" else {}
+        return BuiltReferences({f"{assignment}.q1": 1.0}, figures)
+
+    monkeypatch.setattr(judge_process, "JudgeProcess", FakeJudge)
+    monkeypatch.setattr(scoring, "build_references", fake_build)
+    monkeypatch.setattr(scoring, "yardstick", lambda key, figures: "")
+    monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
+    monkeypatch.setenv("COURSE_JUDGE_CACHE", str(tmp_path / "cache"))
+    sets = ["ps1", "ps2", "ps3", "ps4"]
+    subs = [Submission(f"s{i}", a, str(tmp_path / a)) for a in sets for i in range(2)]
+    run = grade_module.Run(course=str(tmp_path), assignments=sets, submissions=subs,
+                           settings=dataclasses.replace(DEFAULTS, workers=2))
+    grade_module.start_judges(run)
+    judges = {"judge-0.log", "judge-1.log"}
+    assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)
+    assert sorted(a for a, _, cold, _ in events if cold) == sets          # each once cold
+    assert events[0][:3] == ("ps3", "judge-0.log", True) and events[1][3] == []  # first, alone
+    assert given[("ps3", "judge-1.log")] == {"ps3.q1": {"measured": True}}  # its figures
+    assert set(run.reference_s) == set(sets)

@@ -250,22 +250,57 @@ def start_judges(run: Run) -> None:
     for slot, cores in enumerate(groups):
         run.judges.append(JudgeProcess(env=env, cores=cores,
                                        log_path=os.path.join(run.judge_dir, f"judge-{slot}.log")))
-    for assignment in todo:
-        started = time.monotonic()
-        # The first judge builds cold and sets the deadlines; the others then build at once, each
-        # on its own cores, from its cache and with its measured figures.
-        built = build_references(assignment, run.course, run.judges[0], device=device_for(0, gpus))
-        run.reference_s[assignment] = cache.cold_reference_s(assignment, built)
-        _say_built(run, assignment, built, time.monotonic() - started, run.reference_s[assignment])
-        for key, figures in sorted(built.measured_jobs.items()):
+    _build_references(run, todo, cache, gpus)
+
+
+def _plans(assignment: str) -> bool:
+    """Has the set a planning question, whose figures the judge measures as it builds (ps3)?"""
+    from grader.cohort.scoring import problems_of
+    from grader.problems import get_problem
+
+    return any(get_problem(key).plan is not None for key in problems_of(assignment))
+
+
+def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int) -> None:
+    """Every judge builds the references of every set of ``todo`` before the first submission.
+    Each set is built cold by one judge, whose build sets the set's deadlines (what it took) and
+    measures its planning questions' figures; every other judge then builds it from the compiler
+    cache, with those figures. The cold builds of different sets run at once, each on its own
+    judge's cores; a set with a planning question is built first, by the first judge alone, so
+    that nothing else runs while its figures are measured."""
+    from grader.cohort.scoring import build_references, yardstick
+
+    slots = range(len(run.judges))
+    measured = [a for a in todo if _plans(a)]
+    rest = [a for a in todo if a not in measured]
+    cold_by = {**{a: 0 for a in measured}, **{a: i % len(slots) for i, a in enumerate(rest)}}
+    built, took = {}, {}
+
+    def build(slot: int, assignments: list[str], cold: bool) -> None:
+        for assignment in assignments:
+            started = time.monotonic()
+            made = build_references(assignment, run.course, run.judges[slot],
+                                    device=device_for(slot, gpus),
+                                    measured_jobs=None if cold else built[assignment].measured_jobs)
+            if cold:
+                built[assignment], took[assignment] = made, time.monotonic() - started
+
+    def at_once(work: list[tuple[int, list[str], bool]]) -> None:
+        with cf.ThreadPoolExecutor(max_workers=len(work)) as pool:
+            list(pool.map(lambda w: build(*w), work))
+
+    started = time.monotonic()
+    build(0, measured, cold=True)       # alone: the machine is its timings' only work
+    at_once([(slot, [a for a in rest if cold_by[a] == slot], True) for slot in slots])
+    for assignment in todo:             # said in the sets' order
+        made = built[assignment]
+        run.reference_s[assignment] = cache.cold_reference_s(assignment, made)
+        _say_built(run, assignment, made, took[assignment], run.reference_s[assignment])
+        for key, figures in sorted(made.measured_jobs.items()):
             run.log(f"{key}: {yardstick(key, figures)}")
-        others = list(enumerate(run.judges))[1:]
-        if others:
-            with cf.ThreadPoolExecutor(max_workers=len(others)) as pool:
-                list(pool.map(lambda pair: build_references(
-                    assignment, run.course, pair[1], device=device_for(pair[0], gpus),
-                    measured_jobs=built.measured_jobs), others))
-        run.references_seconds += time.monotonic() - started
+    if len(slots) > 1:                  # the others, from the cache, with the figures measured
+        at_once([(slot, [a for a in todo if cold_by[a] != slot], False) for slot in slots])
+    run.references_seconds += time.monotonic() - started
 
 
 def connect_ray(run: Run) -> None:
