@@ -201,11 +201,9 @@ def start_judges(run: Run) -> None:
     """One judge process per worker (:mod:`grader.isolation.judge.steps`: it never runs learner
     code, decides every point, and keeps each problem's baseline and reference compiled for every
     submission it grades), each given the problem sets' references now, before the first
-    submission. Judges share one compiler cache, so the second compiles nothing the first did;
-    the first one's measured figures (ps3 q1) are handed to the others, so every submission of
-    the run is judged on the same ones, and what building the references took it sets the
-    subjects' deadlines (:attr:`grader.cohort.scoring.BuiltReferences.reference_s`)."""
-    from grader.cohort.scoring import BuiltReferences, build_references, yardstick
+    submission (:func:`_build_references`). No more judges start than there are submissions to
+    grade."""
+    from grader.cohort.scoring import BuiltReferences, yardstick
     from grader.isolation.judge.judge_process import JudgeProcess
 
     pending = [s for s in run.submissions
@@ -263,9 +261,10 @@ def _plans(assignment: str) -> bool:
 
 def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int) -> None:
     """Every judge builds the references of every set of ``todo`` before the first submission.
-    Each set is built cold by one judge, whose build sets the set's deadlines (what it took) and
-    measures its planning questions' figures; every other judge then builds it from the compiler
-    cache, with those figures. The cold builds of different sets run at once, each on its own
+    Judges share one compiler cache. Each set is built cold by one judge, whose build sets the
+    set's deadlines (what it took: :attr:`grader.cohort.scoring.BuiltReferences.reference_s`) and
+    measures its planning questions' figures (ps3 q1); every other judge then builds it from the
+    cache, with those figures, so every submission of the run is judged on the same ones. The cold builds of different sets run at once, each on its own
     judge's cores; a set with a planning question is built first, by the first judge alone, so
     that nothing else runs while its figures are measured."""
     from grader.cohort.scoring import build_references, yardstick
