@@ -428,7 +428,7 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
 
     monkeypatch.setattr(judge_process, "JudgeProcess", FakeJudge)
     monkeypatch.setattr(scoring, "build_references", fake_build)
-    monkeypatch.setattr(scoring, "yardstick", lambda key, figures: "")
+    monkeypatch.setattr(scoring, "yardstick", lambda key, figures, kept=False: "")
     monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
     monkeypatch.setenv("COURSE_JUDGE_CACHE", str(tmp_path / "cache"))
     sets = ["ps1", "ps2", "ps3", "ps4"]
@@ -442,3 +442,14 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     assert events[0][:3] == ("ps3", "judge-0.log", True) and events[1][3] == []  # first, alone
     assert given[("ps3", "judge-1.log")] == {"ps3.q1": {"measured": True}}  # its figures
     assert set(run.reference_s) == set(sets)
+
+    # The next run on this machine (the same cache) judges ps3 on the figures kept from this
+    # one: nothing is measured again, so ps3 is built with the others.
+    events.clear()
+    given.clear()
+    again = grade_module.Run(course=str(tmp_path), assignments=sets, submissions=subs,
+                             settings=dataclasses.replace(DEFAULTS, workers=2))
+    grade_module.start_judges(again)
+    assert all(figures == {"ps3.q1": {"measured": True}}
+               for (a, _), figures in given.items() if a == "ps3")
+    assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)

@@ -264,13 +264,17 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
     Judges share one compiler cache. Each set is built cold by one judge, whose build sets the
     set's deadlines (what it took: :attr:`grader.cohort.scoring.BuiltReferences.reference_s`) and
     measures its planning questions' figures (ps3 q1); every other judge then builds it from the
-    cache, with those figures, so every submission of the run is judged on the same ones. The cold builds of different sets run at once, each on its own
-    judge's cores; a set with a planning question is built first, by the first judge alone, so
-    that nothing else runs while its figures are measured."""
+    cache, with those figures, so every submission of the run is judged on the same ones. The
+    cold builds of different sets run at once, each on its own judge's cores; a set with a
+    planning question is built first, by the first judge alone, so that nothing else runs while
+    its figures are measured. Those figures are kept with the cache
+    (:meth:`JudgeCache.keep_figures`): a later run on this machine, a regrade included, judges on
+    the same ones, and builds that set with the others."""
     from grader.cohort.scoring import build_references, yardstick
 
     slots = range(len(run.judges))
-    measured = [a for a in todo if _plans(a)]
+    kept = {a: cache.kept_figures(a) for a in todo}
+    measured = [a for a in todo if _plans(a) and not kept[a]]
     rest = [a for a in todo if a not in measured]
     cold_by = {**{a: 0 for a in measured}, **{a: i % len(slots) for i, a in enumerate(rest)}}
     built, took = {}, {}
@@ -280,7 +284,8 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
             started = time.monotonic()
             made = build_references(assignment, run.course, run.judges[slot],
                                     device=device_for(slot, gpus),
-                                    measured_jobs=None if cold else built[assignment].measured_jobs)
+                                    measured_jobs=(kept[assignment] or None) if cold
+                                    else built[assignment].measured_jobs)
             if cold:
                 built[assignment], took[assignment] = made, time.monotonic() - started
 
@@ -294,9 +299,10 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
     for assignment in todo:             # said in the sets' order
         made = built[assignment]
         run.reference_s[assignment] = cache.cold_reference_s(assignment, made)
+        cache.keep_figures(assignment, made)
         _say_built(run, assignment, made, took[assignment], run.reference_s[assignment])
         for key, figures in sorted(made.measured_jobs.items()):
-            run.log(f"{key}: {yardstick(key, figures)}")
+            run.log(f"{key}: {yardstick(key, figures, kept=bool(kept[assignment]))}")
     if len(slots) > 1:                  # the others, from the cache, with the figures measured
         at_once([(slot, [a for a in todo if cold_by[a] != slot], False) for slot in slots])
     run.references_seconds += time.monotonic() - started
@@ -322,6 +328,7 @@ class JudgeCache:
     def __init__(self, folder: str):
         self.folder = folder
         self.cold_file = os.path.join(folder, "cold.json")
+        self.figures_file = os.path.join(folder, "figures.json")
 
     @classmethod
     def of(cls, course: str) -> "JudgeCache":
@@ -361,6 +368,20 @@ class JudgeCache:
             cold[assignment] = built.reference_s
             files.write_json_atomic(self.cold_file, cold)
         return built.reference_s
+
+    def kept_figures(self, assignment: str) -> dict:
+        """The figures ``assignment``'s planning questions were judged on in this machine's
+        first run (problem -> :class:`grader.checks.jobs.JobFigures` as a dict), or ``{}``: every
+        later run, a regrade included, judges on the same ones instead of measuring again."""
+        kept = files.read_json_dict(self.figures_file).get(assignment)
+        return dict(kept) if isinstance(kept, dict) else {}
+
+    def keep_figures(self, assignment: str, built) -> None:
+        """Keep what ``built`` measured for the next runs, unless some are kept already."""
+        if built.measured_jobs and not built.error and not self.kept_figures(assignment):
+            kept = files.read_json_dict(self.figures_file)
+            kept[assignment] = dict(built.measured_jobs)
+            files.write_json_atomic(self.figures_file, kept)
 
 
 def _say_built(run: Run, assignment: str, built, seconds: float,

@@ -221,7 +221,7 @@ def write_report(course: str, outcomes, report_dir: str) -> str:
         parts.append(f"<img src='data:image/png;base64,{base64.b64encode(png).decode()}'/>")
         for key, figures in sorted(d["yardsticks"].items()):
             parts.append(f"<p>{html.escape(key)}: the hidden jobs were judged on figures the "
-                         f"grader measured once for the run: {html.escape(yardstick(key, figures))}. "
+                         f"grader measured once: {html.escape(yardstick(key, figures))}. "
                          f"A job whose verdict changes within that spread is held for review.</p>")
         if d["causes"]:
             parts.append("<p>Most common graph-break causes: " + ", ".join(

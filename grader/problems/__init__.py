@@ -34,8 +34,8 @@ class JobPlan:
     inputs, in a fresh process. It is graded on jobs the learner cannot try
     (:meth:`grader.isolation.judge.steps.Judge.grade`, checks ``rule`` and ``job``):
 
-    - the judge measures, once per run and never in the subject, each mode's cold first call and
-      its time per call, in rounds (:func:`grader.checks.jobs.measure`: the least of the rounds'
+    - the judge measures, once per machine and never in the subject, each mode's cold first call
+      and its time per call, in rounds (:func:`grader.checks.jobs.measure`: the least of the rounds'
       cold compiles, the median of every interleaved trial, one core on a CPU), and from them
       this machine's break-even ``B``: the fewest calls after which some compile mode's total
       (first call + calls x time per call) beats eager's; each round's own figures give one

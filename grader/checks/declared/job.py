@@ -16,8 +16,8 @@ from grader.checks.results import Check, CheckOutcome, Need
 def decide(case) -> CheckOutcome:
     plan, figures, asked = case.problem.plan, case.side.job_figures(), case.evidence.plan
     break_even = figures.break_even
-    head = [f"measured by the grader on this machine ({asked['device']}), once per "
-            f"grading run: each way of running the given model, its cold first call "
+    head = [f"measured by the grader on this machine ({asked['device']}), once, the same for "
+            f"every submission: each way of running the given model, its cold first call "
             f"(compile included) and its time per call; {figures.how()}", *figures.table()]
     if break_even is None:
         head.append(f"  no compile mode is faster per call than eager here: every job is "

@@ -5,7 +5,8 @@ process (which never runs learner code) once per process and shared by every sub
 captured, shipped and rebuilt exactly as a learner's graph is (:func:`_ship`), then compiled; for
 a planning question (ps3 q1) instead the figures its hidden jobs are judged on
 (:class:`grader.checks.jobs.JobFigures`, :func:`measure_jobs`: every mode's cold first call and
-time per call, measured once per run, when first needed, and handed to the run's other judges).
+time per call, measured once per machine (kept with the judges' compiler cache; on Ray, once per
+run), when first needed, and handed to the run's other judges).
 """
 from __future__ import annotations
 

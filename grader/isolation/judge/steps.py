@@ -11,7 +11,7 @@ One submission's problems are graded in three roles, each a process of its own (
 - the **reference side** (:mod:`grader.isolation.judge.reference_side`, kept by the judge process
   that never runs learner code either) holds the problem's baseline model and the instructor's
   reference solution, compiled once per judge process and shared by every submission it grades (for
-  a planning question, the figures its hidden jobs are judged on, measured once per run).
+  a planning question, the figures its hidden jobs are judged on, measured once per machine).
 
 The subject as the judge sees it is :mod:`grader.isolation.judge.subject_session`; the judge as the
 driver sees it, a process to send jobs to, is :mod:`grader.isolation.judge.judge_process`.
@@ -216,8 +216,9 @@ class Judge:
             lap("subject stop")
         for r in results.values():
             r.extra["sandbox"] = isolation.mode
-        # The speed check times what follows: the next subject finishes its imports first.
-        if any("speed" in wanted[k] for k in problems) and self.next_subject.ready():
+        # Where the judge times what follows, the next subject finishes its imports first.
+        if any(Need.TIMINGS in p.needs(wanted[k]) for k, p in problems.items()) \
+                and self.next_subject.ready():
             lap("next subject")
         # 4. Decide.
         for key, problem in problems.items():
