@@ -452,4 +452,9 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     grade_module.start_judges(again)
     assert all(figures == {"ps3.q1": {"measured": True}}
                for (a, _), figures in given.items() if a == "ps3")
+    # Figures unfit to judge on are not kept: the next run measures again.
+    cache = grade_module.JudgeCache.of(str(tmp_path))
+    assert cache.kept_figures("ps3") == {"ps3.q1": {"measured": True}}
+    cache.keep_figures("ps5", BuiltReferences({"ps5.q1": 1.0}, {"ps5.q1": {"unfit": "noisy"}}))
+    assert cache.kept_figures("ps5") == {}
     assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)

@@ -377,8 +377,11 @@ class JudgeCache:
         return dict(kept) if isinstance(kept, dict) else {}
 
     def keep_figures(self, assignment: str, built) -> None:
-        """Keep what ``built`` measured for the next runs, unless some are kept already."""
-        if built.measured_jobs and not built.error and not self.kept_figures(assignment):
+        """Keep what ``built`` measured for the next runs, unless some are kept already or a
+        figure is unfit to judge on (the next run then measures again)."""
+        fit = all(isinstance(f, dict) and not f.get("unfit")
+                  for f in (built.measured_jobs or {}).values())
+        if built.measured_jobs and fit and not built.error and not self.kept_figures(assignment):
             kept = files.read_json_dict(self.figures_file)
             kept[assignment] = dict(built.measured_jobs)
             files.write_json_atomic(self.figures_file, kept)
