@@ -387,6 +387,16 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
     grade_module.start_judges(run)
     assert started == [frozenset(os.sched_getaffinity(0))]
     assert len(run.judges) == 1
+    # WORKERS left to choose: no more than one worker per SUBMISSIONS_PER_WORKER to grade.
+    per = grade_module.SUBMISSIONS_PER_WORKER
+    monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
+    for pending, judges in ((2 * per - 1, 1), (2 * per, 2)):
+        subs = [Submission(f"s{i}", "ps1", str(tmp_path / f"s{i}")) for i in range(pending)]
+        run = grade_module.Run(course=str(tmp_path), assignments=["ps1"], submissions=subs,
+                               settings=dataclasses.replace(DEFAULTS, workers=2),
+                               workers_chosen=False)
+        grade_module.start_judges(run)
+        assert len(run.judges) == judges, (pending, run.judges)
 
 
 def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_alone(
