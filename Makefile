@@ -115,7 +115,7 @@ release: setup
 # Only what you set is passed on: every variable's default and help is in grader/cohort/settings.py
 # (`make help` lists them; `.venv/bin/python -m grader.cli grade --help` shows the options).
 # ASSIGNMENT=ps1 grades one problem set (ASSIGNMENT="ps1 ps2" several); WORKERS=n grades n at once
-# (default: one per core, as many as the memory holds);
+# (default: one per idle core, as many as the memory holds);
 # REGRADE=1 grades again what is already graded (grades are replaced, never added);
 # MEMORY_GB=n limits the address space of the process that runs a submission's code, on CPU
 # (default 6, the self-check's too: grader.isolation.sandbox.process.DEFAULT_MEMORY_BYTES);

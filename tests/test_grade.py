@@ -468,3 +468,23 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     cache.keep_figures("ps5", BuiltReferences({"ps5.q1": 1.0}, {"ps5.q1": {"unfit": "noisy"}}))
     assert cache.kept_figures("ps5") == {}
     assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)
+
+
+def test_workers_left_to_choose_are_one_per_idle_core_as_the_memory_holds(monkeypatch):
+    """WORKERS unset: one per core this process may use less the load average, no more than the
+    available memory holds at MEMORY_GB plus the worker's own share, and at least one."""
+    from grader.cohort import attempt
+
+    cores = len(os.sched_getaffinity(0))
+    gib = 2 ** 30
+    monkeypatch.setattr(attempt, "gpu_count", lambda: 0)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1000 * gib)
+    assert attempt.default_workers(6 * gib) == cores                   # idle: every core
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores - 0.7, 0.0, 0.0))
+    assert attempt.default_workers(6 * gib) == 1                       # busy: one
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 9 * gib)
+    assert attempt.default_workers(6 * gib) == 1                       # 6 + 2 GiB fits once
+    monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1 * gib)
+    assert attempt.default_workers(6 * gib) == 1                       # never none

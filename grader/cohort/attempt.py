@@ -132,13 +132,25 @@ def available_memory_bytes() -> int | None:
     return None
 
 
+def idle_cores() -> int:
+    """The cores this process may use, less what the machine is busy with now (the one-minute
+    load average, rounded): a worker pinned to a core another program keeps busy waits for it."""
+    count = len(os.sched_getaffinity(0))
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        return count
+    return max(1, min(count, int(count - busy + 0.5)))
+
+
 def default_workers(memory_bytes: int) -> int:
     """How many submissions ``make grade`` grades at once when ``WORKERS`` is not set: one per
-    core this process may use (each worker's judge pinned to its own: on 2 cores two workers
-    graded 1.3 to 2 times as many submissions a minute as one worker with both, docs/grading.md),
-    no more than the memory available holds at ``memory_bytes`` (the subject's limit) plus
-    :data:`WORKER_OVERHEAD_BYTES` each, and on a GPU box no more than its GPUs. At least one."""
-    count = len(os.sched_getaffinity(0))
+    idle core (:func:`idle_cores`; each worker's judge pinned to its own: on 2 idle cores two
+    workers graded 1.3 to 2 times as many submissions a minute as one worker with both,
+    docs/grading.md), no more than the memory available holds at ``memory_bytes`` (the subject's
+    limit) plus :data:`WORKER_OVERHEAD_BYTES` each, and on a GPU box no more than its GPUs. At
+    least one."""
+    count = idle_cores()
     available = available_memory_bytes()
     if available is not None:
         count = min(count, available // (memory_bytes + WORKER_OVERHEAD_BYTES))

@@ -243,7 +243,7 @@ def start_judges(run: Run) -> None:
         count = min(count, len(pending) // SUBMISSIONS_PER_WORKER)
     groups = worker_cores(max(1, count))
     why = "" if run.workers_chosen else (
-        f"one per core, as many as the memory available holds at MEMORY_GB="
+        f"one per idle core, as many as the memory available holds at MEMORY_GB="
         f"{run.settings.memory_gb:g} plus 2 GiB each; WORKERS=n to choose")
     if len(groups) < run.settings.workers:
         why = (f"{len(pending)} submission{'s' if len(pending) > 1 else ''} to grade"

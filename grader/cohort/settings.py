@@ -41,7 +41,7 @@ class GradeSettings:
                                      "source/); repeatable", flag="--assignment", repeat=True,
                                  make="ASSIGNMENT")
     workers: int = setting(0, "submissions graded at once, each by a worker with a judge and "
-                              "cores of its own; 0: one per core, no more than the available "
+                              "cores of its own; 0: one per idle core, no more than the available "
                               "memory holds at MEMORY_GB plus 2 GiB each, nor than the GPUs, "
                               "nor than one per 4 submissions to grade (the run says how many)", make="WORKERS", minimum=0)
     memory_gb: float = setting(DEFAULT_MEMORY_BYTES / 2 ** 30,
