@@ -387,14 +387,19 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
     grade_module.start_judges(run)
     assert started == [frozenset(os.sched_getaffinity(0))]
     assert len(run.judges) == 1
-    # WORKERS left to choose: no more than one worker per SUBMISSIONS_PER_WORKER to grade.
-    per = grade_module.SUBMISSIONS_PER_WORKER
+    # WORKERS left to choose (two idle cores, memory to spare): no more than one worker per
+    # SUBMISSIONS_PER_WORKER to grade.
+    from grader.cohort import attempt
+
+    per = attempt.SUBMISSIONS_PER_WORKER
+    monkeypatch.setattr(attempt, "idle_cores", lambda: 2)
+    monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1000 * 2 ** 30)
+    monkeypatch.setattr(attempt, "gpu_count", lambda: 0)
     monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
     for pending, judges in ((2 * per - 1, 1), (2 * per, 2)):
         subs = [Submission(f"s{i}", "ps1", str(tmp_path / f"s{i}")) for i in range(pending)]
         run = grade_module.Run(course=str(tmp_path), assignments=["ps1"], submissions=subs,
-                               settings=dataclasses.replace(DEFAULTS, workers=2),
-                               workers_chosen=False)
+                               settings=dataclasses.replace(DEFAULTS, workers=0))
         grade_module.start_judges(run)
         assert len(run.judges) == judges, (pending, run.judges)
 
@@ -480,11 +485,11 @@ def test_workers_left_to_choose_are_one_per_idle_core_as_the_memory_holds(monkey
     monkeypatch.setattr(attempt, "gpu_count", lambda: 0)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1000 * gib)
-    assert attempt.default_workers(6 * gib) == cores                   # idle: every core
+    assert attempt.default_workers(6 * gib, 100) == cores                   # idle: every core
     monkeypatch.setattr(os, "getloadavg", lambda: (cores - 0.7, 0.0, 0.0))
-    assert attempt.default_workers(6 * gib) == 1                       # busy: one
+    assert attempt.default_workers(6 * gib, 100) == 1                       # busy: one
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 9 * gib)
-    assert attempt.default_workers(6 * gib) == 1                       # 6 + 2 GiB fits once
+    assert attempt.default_workers(6 * gib, 100) == 1                       # 6 + 2 GiB fits once
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1 * gib)
-    assert attempt.default_workers(6 * gib) == 1                       # never none
+    assert attempt.default_workers(6 * gib, 100) == 1                       # never none

@@ -118,6 +118,10 @@ def device_for(slot: int, gpus: int) -> str | None:
 # the compiled references (0.8 GB after ps1, measured 2026-12-06), and the next job's subject
 # waiting with its imports done (0.7 GB).
 WORKER_OVERHEAD_BYTES = 2 * 2 ** 30
+# Left to choose, no more workers than one per this many submissions to grade: each worker's
+# judge builds every set's references before its first submission (on 3 ps2 submissions two
+# workers graded 0.9 times as many a minute as one, on 4 of ps1 or ps4 1.9 and 1.3 times).
+SUBMISSIONS_PER_WORKER = 4
 
 
 def available_memory_bytes() -> int | None:
@@ -143,14 +147,15 @@ def idle_cores() -> int:
     return max(1, min(count, int(count - busy + 0.5)))
 
 
-def default_workers(memory_bytes: int) -> int:
+def default_workers(memory_bytes: int, pending: int) -> int:
     """How many submissions ``make grade`` grades at once when ``WORKERS`` is not set: one per
     idle core (:func:`idle_cores`; each worker's judge pinned to its own: on 2 idle cores two
     workers graded 1.3 to 2 times as many submissions a minute as one worker with both,
     docs/grading.md), no more than the memory available holds at ``memory_bytes`` (the subject's
-    limit) plus :data:`WORKER_OVERHEAD_BYTES` each, and on a GPU box no more than its GPUs. At
-    least one."""
-    count = idle_cores()
+    limit) plus :data:`WORKER_OVERHEAD_BYTES` each, on a GPU box no more than its GPUs, and no
+    more than one per :data:`SUBMISSIONS_PER_WORKER` of the ``pending`` submissions. At least
+    one."""
+    count = min(idle_cores(), pending // SUBMISSIONS_PER_WORKER)
     available = available_memory_bytes()
     if available is not None:
         count = min(count, available // (memory_bytes + WORKER_OVERHEAD_BYTES))
@@ -158,6 +163,13 @@ def default_workers(memory_bytes: int) -> int:
     if gpus:
         count = min(count, gpus)
     return max(1, int(count))
+
+
+def default_workers_rule(memory_gb: float) -> str:
+    """:func:`default_workers`'s rule in words, for the run's workers line."""
+    return (f"one per idle core, as many as the memory available holds at MEMORY_GB="
+            f"{memory_gb:g} plus {WORKER_OVERHEAD_BYTES / 2 ** 30:g} GiB each, one per "
+            f"{SUBMISSIONS_PER_WORKER} submissions to grade at most; WORKERS=n to choose")
 
 
 def worker_cores(workers: int) -> list[frozenset[int] | None]:

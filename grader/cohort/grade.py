@@ -49,8 +49,8 @@ import warnings
 from grader import _environment as environment
 from grader import _files as files
 from grader.cohort import assign
-from grader.cohort.attempt import (AttemptSettings, default_workers, device_for, gpu_count,
-                                   local_attempts, worker_cores)
+from grader.cohort.attempt import (AttemptSettings, default_workers, default_workers_rule,
+                                   device_for, gpu_count, local_attempts, worker_cores)
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)
 from grader.cohort.judged_autograde import autograde_attempt
@@ -70,7 +70,6 @@ class Run:
     settings: GradeSettings = DEFAULTS
     demo: bool = False
     subject_timeout_s: float | None = None  # per judge job (default: measured, reference_s)
-    workers_chosen: bool = True   # False: WORKERS was not set, settings.workers is the default's
     isolation: process.Isolation | None = None
     submissions: list[Submission] = dataclasses.field(default_factory=list)
     # Ray: assignment -> what each task's judge starts from (compiler cache, measured figures)
@@ -235,20 +234,16 @@ def start_judges(run: Run) -> None:
                TRITON_CACHE_DIR=os.path.join(cache.folder, "triton"), TMPDIR=run.subjects_dir)
     gpus = gpu_count()
     # No more judges than submissions to grade: each builds the references first, so a run that
-    # adds one submission to a graded course builds them once. Left to choose, one per
-    # SUBMISSIONS_PER_WORKER: on 3 ps2 submissions two workers graded 0.9 times as many a minute
-    # as one, on 4 of ps1 or ps4 1.9 and 1.3 times (docs/grading.md).
-    count = min(run.settings.workers, len(pending))
-    if not run.workers_chosen:
-        count = min(count, len(pending) // SUBMISSIONS_PER_WORKER)
-    groups = worker_cores(max(1, count))
-    why = "" if run.workers_chosen else (
-        f"one per idle core, as many as the memory available holds at MEMORY_GB="
-        f"{run.settings.memory_gb:g} plus 2 GiB each; WORKERS=n to choose")
-    if len(groups) < run.settings.workers:
-        why = (f"{len(pending)} submission{'s' if len(pending) > 1 else ''} to grade"
-               + ("" if run.workers_chosen else
-                  f": one worker per {SUBMISSIONS_PER_WORKER} at most; WORKERS=n to choose"))
+    # adds one submission to a graded course builds them once.
+    chosen = run.settings.workers
+    if chosen:
+        count = max(1, min(chosen, len(pending)))
+        why = "" if count == chosen else \
+            f"{len(pending)} submission{'s' if len(pending) > 1 else ''} to grade"
+    else:
+        count = default_workers(run.settings.memory_bytes, len(pending))
+        why = default_workers_rule(run.settings.memory_gb)
+    groups = worker_cores(count)
     run.log(f"workers: {len(groups)}, each with a judge "
             + ("on cores of its own" if groups[0] is not None else "(sharing the cores)")
             + (f" ({why})" if why else ""))
@@ -320,11 +315,6 @@ def connect_ray(run: Run) -> None:
     first, so that a wrong ``RAY_ADDRESS`` or a node that differs stops the run at once."""
     if run.settings.executor == "ray":
         _ray(run)
-
-
-# Left to choose, make grade starts no more workers than one per this many submissions to grade
-# (each worker's judge builds every set's references before its first submission).
-SUBMISSIONS_PER_WORKER = 4
 
 
 class JudgeCache:
@@ -433,7 +423,7 @@ def _ray(run: Run):
 
 
 def autograde_all(run: Run) -> None:
-    """Judge each submission (:mod:`grader.cohort.attempt`, ``run.settings.workers`` at once, or on Ray);
+    """Judge each submission (:mod:`grader.cohort.attempt`, one per judge at once, or on Ray);
     then, in this process, one at a time as they finish: nbgrader's autograde of it
     (:mod:`grader.cohort.judged_autograde`) and its merge into the gradebook, marked done
     (:mod:`grader.cohort.merge`)."""
@@ -608,10 +598,6 @@ def grade(course: str = ".", assignments: list[str] | None = None,
                                    **{k: v for k, v in options.items() if k in names})
     settings = dataclasses.replace(settings, course=course,
                                    assignments=tuple(assignments or ())).resolved()
-    options.setdefault("workers_chosen", bool(settings.workers))
-    if not settings.workers:     # WORKERS not set: from the cores, the memory and the GPUs at hand
-        settings = dataclasses.replace(settings,
-                                       workers=default_workers(settings.memory_bytes))
     options = {k: v for k, v in options.items() if k not in names}
     known = course_assignments(course)
     unknown = [a for a in assignments or [] if a not in known]

@@ -43,7 +43,8 @@ class GradeSettings:
     workers: int = setting(0, "submissions graded at once, each by a worker with a judge and "
                               "cores of its own; 0: one per idle core, no more than the available "
                               "memory holds at MEMORY_GB plus 2 GiB each, nor than the GPUs, "
-                              "nor than one per 4 submissions to grade (the run says how many)", make="WORKERS", minimum=0)
+                              "nor than one per 4 submissions to grade (the run says how many)",
+                           make="WORKERS", minimum=0)
     memory_gb: float = setting(DEFAULT_MEMORY_BYTES / 2 ** 30,
                                "address-space limit of the process that runs a submission's code "
                                "for the judge (its subject), on CPU, in GiB (the self-check's "
