@@ -73,8 +73,8 @@ def _watch_takes(judge: Judge) -> list:
     """Each subject the judge's jobs take from ``next_subject`` (``None``: none was ready)."""
     taken, take = [], judge.next_subject.take
 
-    def watched(kind, deadline):
-        taken.append(take(kind, deadline))
+    def watched(deadline, **kind):
+        taken.append(take(deadline, **kind))
         return taken[-1]
 
     judge.next_subject.take = watched

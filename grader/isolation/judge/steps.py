@@ -182,14 +182,13 @@ class Judge:
         deadline = time.monotonic() + job.timeout_s
         evidence = {k: Evidence() for k in problems}
         subject = None
-        kind = (isolation, device, module, job.memory_bytes)
-        session = dict(isolation=isolation, device=device, problem_module=module,
-                       memory_bytes=job.memory_bytes)
+        kind = dict(isolation=isolation, device=device, problem_module=module,
+                    memory_bytes=job.memory_bytes)
         try:
-            subject = self.next_subject.take(kind, deadline) \
-                or SubjectSession(**session, deadline=deadline)
+            subject = self.next_subject.take(deadline, **kind) \
+                or SubjectSession(**kind, deadline=deadline)
             if self.start_ahead:
-                self.next_subject.start(kind, **session)
+                self.next_subject.start(**kind)
             gather(subject, problems, sides, wanted, learner_cells, device, module, evidence, lap)
         except SubjectGone as gone:
             for k, r in results.items():

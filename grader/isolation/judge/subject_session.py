@@ -204,21 +204,21 @@ class NextSubject:
     """
 
     def __init__(self) -> None:
-        self.key: tuple | None = None
+        self.kind: dict | None = None    # the SubjectSession arguments it was started with
         self.session: SubjectSession | None = None
 
-    def start(self, key: tuple, **session) -> None:
-        """Start the subject for a job of ``key`` (the :class:`SubjectSession` arguments but
-        the deadline, which its job sets), unless one for ``key`` is waiting already."""
-        if self.session is not None and self.key == key and self.session.running.alive():
+    def start(self, **kind) -> None:
+        """Start the subject for a job of this ``kind`` (the :class:`SubjectSession` arguments
+        but the deadline, which its job sets), unless one of that kind is waiting already."""
+        if self.session is not None and self.kind == kind and self.session.running.alive():
             return
         self.stop()
         try:
-            self.session = SubjectSession(**session, deadline=time.monotonic() + BOOT_S,
+            self.session = SubjectSession(**kind, deadline=time.monotonic() + BOOT_S,
                                           import_ahead=True)
-            self.key = key
+            self.kind = kind
         except OSError:   # the job then starts its own, and says why if it cannot either
-            self.session = self.key = None
+            self.session = self.kind = None
 
     def ready(self) -> bool:
         """Wait until the waiting subject has done its imports (a round trip it answers after
@@ -234,13 +234,14 @@ class NextSubject:
             self.stop()
             return False
 
-    def take(self, key: tuple, deadline: float) -> SubjectSession | None:
-        """The waiting subject for a job of ``key`` with its ``deadline``, if it was started for
-        such a job and answers; ``None`` otherwise (and whatever waited is stopped)."""
-        if self.session is None or self.key != key or not self.ready():
+    def take(self, deadline: float, **kind) -> SubjectSession | None:
+        """The waiting subject for a job of this ``kind`` with its ``deadline``, if it was
+        started for such a job and answers; ``None`` otherwise (and whatever waited is
+        stopped)."""
+        if self.session is None or self.kind != kind or not self.ready():
             self.stop()
             return None
-        session, self.session, self.key = self.session, None, None
+        session, self.session, self.kind = self.session, None, None
         session.deadline = deadline
         return session
 
@@ -248,4 +249,4 @@ class NextSubject:
         """Stop the waiting subject, if any (the judge ends, or the next job is of another kind)."""
         if self.session is not None:
             self.session.stop()
-        self.session = self.key = None
+        self.session = self.kind = None
