@@ -383,8 +383,9 @@ class JudgeCache:
         figure is unfit to judge on (the next run then measures again)."""
         fit = all(isinstance(f, dict) and not f.get("unfit")
                   for f in (built.measured_jobs or {}).values())
-        if built.measured_jobs and fit and not built.error and not self.kept_figures(assignment):
-            kept = files.read_json_dict(self.figures_file)
+        kept = files.read_json_dict(self.figures_file)
+        if built.measured_jobs and fit and not built.error \
+                and not isinstance(kept.get(assignment), dict):
             kept[assignment] = dict(built.measured_jobs)
             files.write_json_atomic(self.figures_file, kept)
 
