@@ -29,6 +29,7 @@ import os
 
 import pytest
 
+from grader.checks import correctness
 from grader.checks.declared.job import PROBE_SIZES
 from grader.checks.jobs import JobFigures
 from grader.cohort.demo import demo_solutions
@@ -37,7 +38,7 @@ from grader.isolation.cell_scores import Evaluation, score_cell
 from grader.isolation.judge.judging import job_for
 from grader.isolation.judge.steps import Judge
 from grader.isolation.cells.source import Cell, solution_cells
-from grader.problems import get_problem
+from grader.problems import get_problem, seeded_generator
 from grader.problems import test_cells as declared_test_cells
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -549,6 +550,26 @@ def test_ps3s_padded_per_row_loop_compiles_once_but_earns_nothing(judge):
     assert score.points == 0 and "operators in the graph" in score.text, score.text
     assert "hint: no Python loop over rows at all" in score.text, score.text
     assert points("ps3", results) == 0
+
+
+def _seed_drawing_batch(size: int) -> int:
+    return next(seed for seed in range(10_000)
+                if get_problem("ps3.q2").make_inputs(seeded_generator(seed))[0].shape[0] == size)
+
+
+@pytest.mark.parametrize("drawn", [32, 63])
+def test_ps3s_verdicts_do_not_depend_on_the_batch_size_the_grader_draws(judge, drawn,
+                                                                        monkeypatch):
+    """The padded loop's graph is specialised where it is captured at batch 32 (the same size
+    as the rows, so Dynamo gives both one symbol) or 63 (one padding row); the grader's seeds
+    drew such a batch now and then, and the verdict then said its graph does not compute what
+    the original computes and that it recompiles. The graph is captured at the problem's first
+    call (batch 64) and checked at its own shapes, whatever the seeds draw."""
+    seed = _seed_drawing_batch(drawn)
+    monkeypatch.setattr(correctness, "fresh_seeds", lambda n: [seed] * n)
+    checks = grade(judge, ["ps3.q2"], PADDED_LOOP_PS3)["ps3.q2"]["checks"]
+    assert checks["fullgraph"]["ok"] and checks["recompiles"]["ok"], checks
+    assert not checks["operators"]["ok"] and checks["operators"]["operators"] > 300, checks
 
 
 @pytest.mark.parametrize("source", [HAND_NORM_PS3, solution_cells(

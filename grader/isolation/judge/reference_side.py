@@ -51,6 +51,44 @@ def traced_inputs(problem: Problem, device: str, seed: int) -> tuple:
     return problem.make_inputs(seeded_generator(seed), device)
 
 
+def shapes_of(inputs: tuple) -> list:
+    """What makes Dynamo compile a call again when it changes, as data: each tensor's shape and
+    dtype, and any other argument's value."""
+    return [[list(a.shape), str(a.dtype)] if isinstance(a, torch.Tensor) else repr(a)
+            for a in inputs]
+
+
+# How many draws :func:`inputs_shaped_like` makes before it gives up (ps3 q2's batch size is one
+# of 63, so the chance that 10,000 draws miss one is below 1e-60).
+DRAWS_FOR_A_SHAPE = 10_000
+
+
+def inputs_shaped_like(make, shapes: list, gen: torch.Generator, device: str) -> tuple | None:
+    """Fresh inputs from ``make`` (an input class, which may draw its shapes too), drawn from
+    ``gen`` until they have ``shapes`` (:func:`shapes_of`); None if they never do."""
+    for _ in range(DRAWS_FOR_A_SHAPE):
+        inputs = make(gen, device)
+        if shapes_of(inputs) == shapes:
+            return inputs
+    return None
+
+
+def captured_inputs(problem: Problem, device: str, seed: int) -> tuple:
+    """What a learner's graph is captured on: :func:`traced_inputs` drawn from ``seed``, with the
+    shapes of the first call the problem makes where it declares its calls (a class that draws
+    its shapes, as ps3 q2's batch sizes, would otherwise give a graph of a size chosen by chance:
+    the graph of the first call is the one every later call must reuse, and the one whose
+    operators count)."""
+    inputs = traced_inputs(problem, device, seed)
+    if problem.step_inputs is not None or problem.recompile_inputs is None:
+        return inputs
+    first = shapes_of(problem.recompile_inputs(device)[0])
+    if shapes_of(inputs) == first:
+        return inputs
+    again = inputs_shaped_like(problem.make_inputs, first, seeded_generator(seed), device)
+    return again if again is not None else inputs
+
+
 def _ship(captured: graph_artifact.Captured) -> tuple[dict, bytes]:
     """A captured graph as it travels (JSON round trip included), so that the reference's
     graph is rebuilt exactly as a learner's is."""

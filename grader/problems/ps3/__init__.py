@@ -98,9 +98,11 @@ def example_scorer_inputs(seed: int = 0, device: str = "cpu") -> tuple:
 
 
 def scorer_recompile_inputs(device: str = "cpu") -> list[tuple]:
-    """One call per batch size 2..64 (in a shuffled but fixed order)."""
+    """One call per batch size 2..64 (in a shuffled but fixed order), the largest first: the
+    first call's graph is the one the grader checks (a loop over rows copies its body 64 times
+    into it) and the one every later call must reuse."""
     gen = torch.Generator().manual_seed(7)
-    sizes = [2, 64] + [int(b) for b in torch.randperm(61, generator=gen) + 3]
+    sizes = [64, 2] + [int(b) for b in torch.randperm(61, generator=gen) + 3]
     return [(torch.randn(b, SCORER_D, generator=gen).to(device),) for b in sizes]
 
 

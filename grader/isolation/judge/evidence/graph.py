@@ -18,7 +18,8 @@ import torch
 from grader.checks import correctness, graph_artifact
 from grader.common.wire import Packer
 from grader.isolation.judge.evidence import compile_count, outputs
-from grader.isolation.judge.reference_side import ReferenceSide, traced_inputs
+from grader.isolation.judge.reference_side import (ReferenceSide, captured_inputs,
+                                                    inputs_shaped_like, shapes_of, traced_inputs)
 from grader.isolation.judge.subject_session import SubjectSession, learner_text
 from grader.problems import Problem, seeded_generator
 
@@ -45,11 +46,13 @@ class GraphVerdict:
 
 def ask(subject: SubjectSession, problem: Problem, side: ReferenceSide, ev,
         device: str) -> None:
-    """The graph of a fresh model's first call on the first class of inputs; and, for each
-    other class whose inputs have other shapes, the graph captured on one of them (Dynamo
-    would compile such a call again: that graph is the one that would run there)."""
+    """The graph of a fresh model's first call on the first class of inputs (fresh, of the
+    shapes of the problem's first call); and, for each other class whose inputs have other
+    shapes, the graph captured on one of them (Dynamo would compile such a call again: that
+    graph is the one that would run there). Each graph's input shapes are kept with it."""
     options = {**problem.learner_compile, **ev.choice}
-    inputs = traced_inputs(problem, device, correctness.fresh_seeds(1)[0])
+    inputs = captured_inputs(problem, device, correctness.fresh_seeds(1)[0])
+    ev.captured_shapes = {problem.inputs_name: shapes_of(inputs)}
     header, blob = _capture(subject, problem, inputs, options)
     if isinstance(header.get("graph"), dict):
         ev.graph = (header["graph"], blob)
@@ -72,8 +75,9 @@ def ask(subject: SubjectSession, problem: Problem, side: ReferenceSide, ev,
         return
     for name, make in list(ev.classes.items())[1:]:
         class_inputs = make(seeded_generator(correctness.fresh_seeds(1)[0]), device)
-        if signature(class_inputs) == signature(inputs):
+        if shapes_of(class_inputs) == shapes_of(inputs):
             continue   # the same shapes: the first graph is the one that runs there
+        ev.captured_shapes[name] = shapes_of(class_inputs)
         header, blob = _capture(subject, problem, class_inputs, options)
         ev.class_graphs[name] = (header["graph"], blob) if isinstance(header.get("graph"),
                                                                       dict) \
@@ -138,10 +142,13 @@ def validate(problem: Problem, side: ReferenceSide, ev, device: str) -> GraphVer
                                      f"{problem.refused_operators[packet]}", refused=True)
     # The graph must compute what the original computes, on inputs nobody saw before, of
     # every class the problem tests (where a class's shapes differ, on the graph captured
-    # there) ...
+    # there), of the shapes it was captured for: whether one graph serves other shapes too
+    # is the recompile check's question (below) ...
     classes = ev.classes or {problem.inputs_name: problem.make_inputs}
     by_class = {}
     for name, make in classes.items():
+        make = _drawn_at(make, ev.captured_shapes.get(name,
+                                                      ev.captured_shapes.get(problem.inputs_name)))
         got = ev.class_graphs.get(name)
         if got is None:
             graph_here = module
@@ -194,6 +201,17 @@ def validate(problem: Problem, side: ReferenceSide, ev, device: str) -> GraphVer
                             f"problem makes)", module, ops, general=general, by_class=by_class)
 
 
+def _drawn_at(make, shapes: list | None):
+    """``make`` (an input class), its draws kept to ``shapes`` where it draws its shapes too."""
+    if not shapes:
+        return make
+
+    def drawn(gen: torch.Generator, device: str) -> tuple:
+        got = inputs_shaped_like(make, shapes, gen, device)
+        return got if got is not None else make(gen, device)
+    return drawn
+
+
 def over_budget(side: ReferenceSide, operators: int, peak_bytes: int) -> str:
     """Why a learner's graph is more than the judge will compile and run ('' : it is not)."""
     max_nodes, max_bytes = side.graph_budget()
@@ -209,13 +227,6 @@ def over_budget(side: ReferenceSide, operators: int, peak_bytes: int) -> str:
 # Memory the judge's child may add to what it holds when forked, for the checks of one graph:
 # room for compiling and timing (the baseline's and the reference's calls too), plus a few times
 # the most bytes the problem lets a graph's tensors hold at once (ReferenceSide.graph_budget).
-
-
-def signature(inputs: tuple) -> tuple:
-    """What makes Dynamo compile a call again when it changes: each tensor's shape and dtype,
-    and any other argument's value."""
-    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else repr(a)
-                 for a in inputs)
 
 
 def same_over(problem: Problem, module, baseline, calls: list[tuple]) -> str:

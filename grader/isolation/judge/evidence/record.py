@@ -40,9 +40,11 @@ class Evidence:
     custom_op: custom_ops.Rebuilt | None = dataclasses.field(default=None, metadata=NOT_DATA)
     operators: dict = dataclasses.field(default_factory=dict, metadata=NOT_DATA)
     # graph (Need.GRAPH): the captured graph (header, blob), or why there is none; the graph of
-    # each other class whose shapes differ (name -> graph or why not); the breaks the subject
+    # each other class whose shapes differ (name -> graph or why not); the shapes of the inputs
+    # each was captured on (class name -> reference_side.shapes_of); the breaks the subject
     # reported (its words: feedback only).
     graph: tuple | None = dataclasses.field(default=None, metadata=NOT_DATA)
+    captured_shapes: dict = dataclasses.field(default_factory=dict)
     capture_error: str = ""
     compiled: bool = False                  # the subject says Dynamo took it (feedback only)
     class_graphs: dict = dataclasses.field(default_factory=dict, metadata=NOT_DATA)
