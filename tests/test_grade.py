@@ -324,6 +324,9 @@ def test_each_local_worker_has_cores_of_its_own():
 
     allowed = os.sched_getaffinity(0)
     assert worker_cores(1) == [frozenset(allowed)]        # one worker: every core, its own
+    assert worker_cores(1, idle=len(allowed)) == [frozenset(allowed)]
+    if len(allowed) > 1:   # ... where they are idle: else none pinned, no subject ahead
+        assert worker_cores(1, idle=len(allowed) - 1) == [None]
     assert worker_cores(len(allowed) + 1) == [None] * (len(allowed) + 1)
     groups = worker_cores(len(allowed))
     assert all(len(g) == 1 for g in groups) and set().union(*groups) == allowed
@@ -360,7 +363,8 @@ def test_a_submission_takes_a_free_judge_never_one_in_use(monkeypatch):
 
 def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypatch):
     """Each judge builds the references before its first submission: adding one submission to a
-    graded course starts one judge, whatever WORKERS says, and it has every core."""
+    graded course starts one judge, whatever WORKERS says, not pinned (there is no next
+    submission to start a subject ahead for)."""
     import dataclasses
 
     from grader.cohort import grade as grade_module
@@ -385,14 +389,14 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
     run = grade_module.Run(course=str(tmp_path), assignments=["ps1"], submissions=subs,
                            settings=dataclasses.replace(DEFAULTS, workers=2))
     grade_module.start_judges(run)
-    assert started == [frozenset(os.sched_getaffinity(0))]
+    assert started == [None]
     assert len(run.judges) == 1
     # WORKERS left to choose (two idle cores, memory to spare): no more than one worker per
     # SUBMISSIONS_PER_WORKER to grade.
     from grader.cohort import attempt
 
     per = attempt.SUBMISSIONS_PER_WORKER
-    monkeypatch.setattr(attempt, "idle_cores", lambda: 2)
+    monkeypatch.setattr(grade_module, "idle_cores", lambda: 2)
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1000 * 2 ** 30)
     monkeypatch.setattr(attempt, "gpu_count", lambda: 0)
     monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
@@ -476,20 +480,70 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
 
 
 def test_workers_left_to_choose_are_one_per_idle_core_as_the_memory_holds(monkeypatch):
-    """WORKERS unset: one per core this process may use less the load average, no more than the
-    available memory holds at MEMORY_GB plus the worker's own share, and at least one."""
+    """WORKERS unset: one per idle core, no more than the available memory holds at MEMORY_GB
+    plus the worker's own share, and at least one."""
     from grader.cohort import attempt
 
-    cores = len(os.sched_getaffinity(0))
     gib = 2 ** 30
     monkeypatch.setattr(attempt, "gpu_count", lambda: 0)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1000 * gib)
-    assert attempt.default_workers(6 * gib, 100) == cores                   # idle: every core
-    monkeypatch.setattr(os, "getloadavg", lambda: (cores - 0.7, 0.0, 0.0))
-    assert attempt.default_workers(6 * gib, 100) == 1                       # busy: one
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert attempt.default_workers(6 * gib, 100, idle=2) == 2               # idle: every core
+    assert attempt.default_workers(6 * gib, 100, idle=1) == 1               # one busy: one
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 9 * gib)
-    assert attempt.default_workers(6 * gib, 100) == 1                       # 6 + 2 GiB fits once
+    assert attempt.default_workers(6 * gib, 100, idle=2) == 1               # 6 + 2 GiB fits once
     monkeypatch.setattr(attempt, "available_memory_bytes", lambda: 1 * gib)
-    assert attempt.default_workers(6 * gib, 100) == 1                       # never none
+    assert attempt.default_workers(6 * gib, 100, idle=2) == 1               # never none
+
+
+def test_idle_cores_are_those_the_machine_does_not_keep_busy_now():
+    """idle_cores watches the cores for half a second (/proc/stat), so a setup that has just
+    finished, still in the one-minute load average, does not count: a program spinning on one
+    of this process's cores keeps it busy, one core fewer is idle."""
+    from grader.cohort import attempt
+
+    allowed = sorted(os.sched_getaffinity(0))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                           preexec_fn=lambda: os.sched_setaffinity(0, {allowed[0]}))
+    try:
+        time.sleep(0.5)
+        busy = attempt.busy_cores()
+        idle = attempt.idle_cores()
+    finally:
+        hog.kill()
+        hog.wait()
+    assert busy is not None and 0.8 <= busy <= len(allowed), busy
+    assert idle <= max(1, len(allowed) - 1), idle
+
+
+def test_one_worker_has_the_cores_to_itself_only_where_they_are_idle(tmp_path, monkeypatch):
+    """WORKERS=1 with submissions to grade: the judge is pinned to every core (and starts each
+    next subject ahead) where all are idle; where another program keeps one busy, not pinned."""
+    import dataclasses
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort import scoring
+    from grader.cohort.collect import Submission
+    from grader.cohort.scoring import BuiltReferences
+    from grader.cohort.settings import DEFAULTS
+    from grader.isolation.judge import judge_process
+
+    started = []
+
+    class FakeJudge:
+        def __init__(self, *, env, cores, log_path):
+            started.append(cores)
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    monkeypatch.setattr(judge_process, "JudgeProcess", FakeJudge)
+    monkeypatch.setattr(scoring, "build_references",
+                        lambda *a, **k: BuiltReferences({"ps1.q1": 1.0}))
+    monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
+    monkeypatch.setenv("COURSE_JUDGE_CACHE", str(tmp_path / "cache"))
+    subs = [Submission(s, "ps1", str(tmp_path / s)) for s in ("a", "b", "c")]
+    for idle, cores in ((len(allowed), allowed), (len(allowed) - 1, None)):
+        monkeypatch.setattr(grade_module, "idle_cores", lambda idle=idle: idle)
+        started.clear()
+        run = grade_module.Run(course=str(tmp_path), assignments=["ps1"], submissions=subs,
+                               settings=dataclasses.replace(DEFAULTS, workers=1))
+        grade_module.start_judges(run)
+        assert started == [cores], (idle, started)

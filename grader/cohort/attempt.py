@@ -14,6 +14,7 @@ import dataclasses
 import os
 import queue
 import tempfile
+import time
 from typing import Iterator
 
 from grader import _files as files
@@ -136,26 +137,62 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def idle_cores() -> int:
-    """The cores this process may use, less what the machine is busy with now (the one-minute
-    load average, rounded): a worker pinned to a core another program keeps busy waits for it."""
-    count = len(os.sched_getaffinity(0))
+# How long :func:`busy_cores` watches the cores (a run that chooses its workers waits this long).
+BUSY_SAMPLE_S = 0.5
+
+
+def _cpu_jiffies(cpus: set[int]) -> dict[int, tuple[int, int]]:
+    """Each of ``cpus``'s (idle, total) time so far, in clock ticks (/proc/stat)."""
+    got = {}
+    with open("/proc/stat") as fh:
+        for line in fh:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                ticks = [int(f) for f in fields[:8]]     # user .. steal (guest is in user)
+                got[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))   # idle + iowait
+    return got
+
+
+def busy_cores(sample_s: float = BUSY_SAMPLE_S) -> float | None:
+    """How many of the cores this process may use the machine keeps busy now: their time not
+    idle over ``sample_s`` seconds, summed (None where /proc/stat cannot be read)."""
+    cpus = os.sched_getaffinity(0)
     try:
-        busy = os.getloadavg()[0]
-    except OSError:
-        return count
+        before = _cpu_jiffies(cpus)
+        time.sleep(sample_s)
+        after = _cpu_jiffies(cpus)
+    except (OSError, ValueError, IndexError):
+        return None
+    busy = 0.0
+    for cpu, (idle, total) in after.items():
+        if cpu in before and total > before[cpu][1]:
+            busy += 1 - (idle - before[cpu][0]) / (total - before[cpu][1])
+    return busy if after else None
+
+
+def idle_cores() -> int:
+    """The cores this process may use, less those the machine keeps busy now (:func:`busy_cores`;
+    the one-minute load average where that cannot be read, which still counts the setup just
+    run): a worker pinned to a core another program keeps busy waits for it."""
+    count = len(os.sched_getaffinity(0))
+    busy = busy_cores()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:
+            return count
     return max(1, min(count, int(count - busy + 0.5)))
 
 
-def default_workers(memory_bytes: int, pending: int) -> int:
+def default_workers(memory_bytes: int, pending: int, idle: int) -> int:
     """How many submissions ``make grade`` grades at once when ``WORKERS`` is not set: one per
-    idle core (:func:`idle_cores`; each worker's judge pinned to its own: on 2 idle cores two
+    ``idle`` core (:func:`idle_cores`; each worker's judge pinned to its own: on 2 idle cores two
     workers graded 1.3 to 2 times as many submissions a minute as one worker with both,
     docs/grading.md), no more than the memory available holds at ``memory_bytes`` (the subject's
     limit) plus :data:`WORKER_OVERHEAD_BYTES` each, on a GPU box no more than its GPUs, and no
     more than one per :data:`SUBMISSIONS_PER_WORKER` of the ``pending`` submissions. At least
     one."""
-    count = min(idle_cores(), pending // SUBMISSIONS_PER_WORKER)
+    count = min(idle, pending // SUBMISSIONS_PER_WORKER)
     available = available_memory_bytes()
     if available is not None:
         count = min(count, available // (memory_bytes + WORKER_OVERHEAD_BYTES))
@@ -172,14 +209,17 @@ def default_workers_rule(memory_gb: float) -> str:
             f"{SUBMISSIONS_PER_WORKER} submissions to grade at most; WORKERS=n to choose")
 
 
-def worker_cores(workers: int) -> list[frozenset[int] | None]:
+def worker_cores(workers: int, idle: int | None = None) -> list[frozenset[int] | None]:
     """The CPU cores of each of ``workers`` local workers: the cores this process may use, split
     into that many groups, so that each worker's judge and subjects (and the timings they make)
-    have cores of their own (one worker: all of them). More workers than cores: none pinned
-    (None), the cores shared."""
+    have cores of their own. One worker: all of them where all are ``idle`` (None: taken as
+    idle), its judge then starting each next submission's subject ahead on a second core;
+    where another program keeps some busy, none pinned (None), no subject started ahead (its
+    imports would take a core from that program). More workers than cores: none pinned, the
+    cores shared."""
     allowed = sorted(os.sched_getaffinity(0))
-    if workers > len(allowed):
-        return [None] * workers
+    if workers > len(allowed) or (workers <= 1 and idle is not None and idle < len(allowed)):
+        return [None] * max(1, workers)
     workers = max(1, workers)
     size = len(allowed) // workers
     return [frozenset(allowed[i * size:(i + 1) * size]) for i in range(workers)]

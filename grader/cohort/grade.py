@@ -50,7 +50,8 @@ from grader import _environment as environment
 from grader import _files as files
 from grader.cohort import assign
 from grader.cohort.attempt import (AttemptSettings, default_workers, default_workers_rule,
-                                   device_for, gpu_count, local_attempts, worker_cores)
+                                   device_for, gpu_count, idle_cores, local_attempts,
+                                   worker_cores)
 from grader.cohort.collect import (LAYOUT, Submission, course_assignments, holds_files, misplaced,
                                    scan, zip_collect)
 from grader.cohort.judged_autograde import autograde_attempt
@@ -236,14 +237,18 @@ def start_judges(run: Run) -> None:
     # No more judges than submissions to grade: each builds the references first, so a run that
     # adds one submission to a graded course builds them once.
     chosen = run.settings.workers
+    # The workers left to choose, and whether one worker has the cores to itself (its judge
+    # then starts each next submission's subject ahead), depend on the cores idle now: looked
+    # at once, where there is more than one submission to grade.
+    idle = idle_cores() if len(pending) > 1 and chosen in (0, 1) else None
     if chosen:
         count = max(1, min(chosen, len(pending)))
         why = "" if count == chosen else \
             f"{len(pending)} submission{'s' if len(pending) > 1 else ''} to grade"
     else:
-        count = default_workers(run.settings.memory_bytes, len(pending))
+        count = default_workers(run.settings.memory_bytes, len(pending), idle or 1)
         why = default_workers_rule(run.settings.memory_gb)
-    groups = worker_cores(count)
+    groups = worker_cores(count, idle if len(pending) > 1 else 0)
     run.log(f"workers: {len(groups)}, each with a judge "
             + ("on cores of its own" if groups[0] is not None else "(sharing the cores)")
             + (f" ({why})" if why else ""))
