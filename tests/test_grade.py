@@ -547,3 +547,35 @@ def test_one_worker_has_the_cores_to_itself_only_where_they_are_idle(tmp_path, m
                                settings=dataclasses.replace(DEFAULTS, workers=1))
         grade_module.start_judges(run)
         assert started == [cores], (idle, started)
+
+
+def test_submissions_are_graded_set_by_set_in_the_runs_order(tmp_path, monkeypatch):
+    """Submissions come from the course student by student; the workers take them set by set
+    (the run's sets in order, students in order within a set), so a student late in the
+    alphabet is not the run's last work."""
+    import dataclasses
+    import types
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort.collect import Submission
+    from grader.cohort.settings import DEFAULTS
+
+    taken = []
+
+    def attempts(todo, *a, **k):
+        taken.extend(sub.name for sub, _ in todo)
+        yield from ()
+
+    monkeypatch.setattr(grade_module, "local_attempts", attempts)
+    monkeypatch.setattr(grade_module, "already_graded", lambda course, sub, digest=None: None)
+    monkeypatch.setattr(grade_module, "unreadable_reason", lambda sub: "")
+    subs = [Submission(s, a, str(tmp_path / s / a)) for s in ("ann", "bob", "gus")
+            for a in ("ps2", "ps10", "ps1") if (s, a) != ("bob", "ps10")]
+    for sub in subs:
+        os.makedirs(sub.folder)
+    run = grade_module.Run(course=str(tmp_path), assignments=["ps1", "ps2", "ps10"],
+                           submissions=subs, settings=dataclasses.replace(DEFAULTS, workers=1))
+    run.isolation = types.SimpleNamespace(setting=lambda: "off")
+    grade_module.autograde_all(run)
+    assert taken == ["ann/ps1", "bob/ps1", "gus/ps1", "ann/ps2", "bob/ps2", "gus/ps2",
+                     "ann/ps10", "gus/ps10"], taken

@@ -450,6 +450,13 @@ def autograde_all(run: Run) -> None:
     run.outcomes.extend(done)
     if not todo:
         return
+    # Set by set (submissions come student by student): the workers grade one set's
+    # submissions in a row, and a student late in the alphabet is not the run's last work. In
+    # the demo cohort gus_loop's endless ps1 loop, which runs to its deadline (about a minute),
+    # was graded last, one worker on it while the other had nothing left.
+    order = {a: i for i, a in enumerate(run.assignments)}
+    todo.sort(key=lambda pair: (order.get(pair[0].assignment, len(order)), pair[0].assignment,
+                                pair[0].student))
     progress = _Progress(len(todo))
     settings = AttemptSettings(run.settings.probed(run.isolation.setting()),
                                subject_timeout_s=run.subject_timeout_s,
