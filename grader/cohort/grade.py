@@ -239,16 +239,17 @@ def start_judges(run: Run) -> None:
     chosen = run.settings.workers
     # The workers left to choose, and whether one worker has the cores to itself (its judge
     # then starts each next submission's subject ahead), depend on the cores idle now: looked
-    # at once, where there is more than one submission to grade.
-    idle = idle_cores() if len(pending) > 1 and chosen in (0, 1) else None
+    # at once, where there is more than one submission to grade (one: no subject ahead, so
+    # none is counted idle for it).
+    idle = 0 if len(pending) < 2 else idle_cores() if chosen in (0, 1) else None
     if chosen:
         count = max(1, min(chosen, len(pending)))
         why = "" if count == chosen else \
             f"{len(pending)} submission{'s' if len(pending) > 1 else ''} to grade"
     else:
-        count = default_workers(run.settings.memory_bytes, len(pending), idle or 1)
+        count = default_workers(run.settings.memory_bytes, len(pending), max(1, idle))
         why = default_workers_rule(run.settings.memory_gb)
-    groups = worker_cores(count, idle if len(pending) > 1 else 0)
+    groups = worker_cores(count, idle)
     run.log(f"workers: {len(groups)}, each with a judge "
             + ("on cores of its own" if groups[0] is not None else "(sharing the cores)")
             + (f" ({why})" if why else ""))

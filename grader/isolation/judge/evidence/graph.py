@@ -75,7 +75,7 @@ def ask(subject: SubjectSession, problem: Problem, side: ReferenceSide, ev,
         return
     for name, make in list(ev.classes.items())[1:]:
         class_inputs = make(seeded_generator(correctness.fresh_seeds(1)[0]), device)
-        if shapes_of(class_inputs) == shapes_of(inputs):
+        if shapes_of(class_inputs) == ev.captured_shapes[problem.inputs_name]:
             continue   # the same shapes: the first graph is the one that runs there
         ev.captured_shapes[name] = shapes_of(class_inputs)
         header, blob = _capture(subject, problem, class_inputs, options)
