@@ -106,6 +106,23 @@ for i in range(5):
 print("REACHED 320 MiB held mapped after unlink", flush=True)
 time.sleep(5)
 ''',
+    # Deleted files held by a thread after the process's first thread exited: the process then
+    # shows no table of descriptors of its own (/proc/PID/fd), only its threads do.
+    "leader_gone": r'''
+import ctypes, os, threading, time
+h = os.environ["HOME"]
+def hold():
+    fds = []
+    for i in range(5):
+        fd = os.open(f"{h}/g{i}", os.O_RDWR | os.O_CREAT)
+        os.write(fd, b"x" * (64 * 2**20)); os.unlink(f"{h}/g{i}"); fds.append(fd)
+        time.sleep(0.2)
+    print("REACHED 320 MiB held by a thread after the first one exited", flush=True)
+    time.sleep(5)
+threading.Thread(target=hold).start()
+time.sleep(0.1)
+ctypes.CDLL(None).pthread_exit(None)
+''',
     # A file moved, as the measurement reads its folders (inotify tells when), from the folder
     # read last into the one read first, and back: without the subject stopped while it is
     # measured, every walk misses it.

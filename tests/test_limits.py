@@ -7,9 +7,10 @@ as the judge starts one; what it reached, and how its subject ended, is compared
 
 What each attack is for: memory no address space sees (memfd, /dev/shm); disk written between
 two measurements (fallocate), past PATH_MAX, 1,200 folders deep (and removed afterwards), held
-by deleted files kept open or mapped, or moved out of the measurement's way as it reads (a racer
-told by inotify); a socket pair (which could hold files out of sight); other processes in /proc;
-signals, limits, priorities and CPU sets aimed at a process outside; more processes than allowed.
+by deleted files kept open or mapped (or kept open by a thread after the process's first thread
+exited), or moved out of the measurement's way as it reads (a racer told by inotify); a socket
+pair (which could hold files out of sight); other processes in /proc; signals, limits,
+priorities and CPU sets aimed at a process outside; more processes than allowed.
 The same attacks go through the real `make grade` in tests/test_platforms.py.
 """
 from __future__ import annotations
@@ -32,8 +33,8 @@ ROOT = os.path.dirname(HERE)
 why_not = fresh_machine.available()
 needs_root = pytest.mark.skipif(bool(why_not), reason=why_not)
 
-EVERY = ["memfd", "shm", "fallocate", "long_path", "deep", "unlinked", "mapped", "racer",
-         "socketpair", "proc", "signals", "forks"]
+EVERY = ["memfd", "shm", "fallocate", "long_path", "deep", "unlinked", "mapped", "leader_gone",
+         "racer", "socketpair", "proc", "signals", "forks"]
 QUICK = ["memfd", "shm", "socketpair", "proc", "signals", "forks"]
 NOBODY = fresh_machine.NOBODY
 # name -> (how tests/fresh_machine.py builds it, extra environment, attacks)
@@ -96,7 +97,7 @@ def test_no_attack_reaches_anything(attacked, platform):
     results = attacked[platform]["attacks"]
     for name, result in results.items():
         reached = [line for line in _lines(result) if line.startswith("REACHED")]
-        if name in ("racer", "long_path", "deep", "unlinked", "mapped"):
+        if name in ("racer", "long_path", "deep", "unlinked", "mapped", "leader_gone"):
             # Each prints once it holds too much: stopped for it within one measurement.
             assert result["exceeded"] == "disk", (name, result)
             assert not any("end" in line for line in reached), (name, reached)
@@ -127,6 +128,7 @@ def test_disk_is_bounded_whatever_holds_it(attacked, platform):
     assert results["deep"]["why"] == "", results["deep"]   # its bytes, counted 1,200 levels down
     assert "deleted but kept" in results["unlinked"]["why"]
     assert "deleted but kept" in results["mapped"]["why"]
+    assert "deleted but kept" in results["leader_gone"]["why"]   # held by a thread, not the first
 
 
 @needs_root
@@ -313,3 +315,88 @@ def _descends_from(pid: int, ancestor: int) -> bool:
             return False
         pid = int(line[line.rfind(")") + 2:].split()[1])
     return False
+
+
+# A process holding an 8 MiB file it deleted, out of sight of a reader of its first thread's
+# files: its first thread exits while another still holds the file (``leader_gone``), or the
+# thread that holds it has a table of descriptors of its own (``own_table``).
+HIDDEN_HOLDERS = {
+    "leader_gone": """
+import ctypes, os, sys, threading, time
+def hold():
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); os.write(fd, b"x" * 8 * 2**20)
+    os.unlink(sys.argv[1]); print("held", flush=True); time.sleep(60)
+threading.Thread(target=hold).start()
+time.sleep(0.5)
+ctypes.CDLL(None).pthread_exit(None)
+""",
+    "own_table": """
+import ctypes, os, sys, threading, time
+def hold():
+    assert ctypes.CDLL(None, use_errno=True).unshare(0x400) == 0     # CLONE_FILES
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); os.write(fd, b"x" * 8 * 2**20)
+    os.unlink(sys.argv[1]); print("held", flush=True); time.sleep(60)
+threading.Thread(target=hold).start()
+time.sleep(60)
+""",
+}
+
+
+@pytest.mark.parametrize("how", sorted(HIDDEN_HOLDERS))
+def test_a_deleted_file_is_counted_whichever_thread_holds_it(tmp_path, how):
+    from grader.isolation.sandbox import usage
+
+    proc = subprocess.Popen([sys.executable, "-c", HIDDEN_HOLDERS[how], str(tmp_path / "f")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        time.sleep(1)
+        if how == "leader_gone":    # what it is made for: the first thread is gone, not the rest
+            assert usage._ended(proc.pid) and len(os.listdir(f"/proc/{proc.pid}/task")) == 2
+        held = usage.held_usage({proc.pid}, owner=os.getuid(),
+                                devices={os.stat(tmp_path).st_dev}, seen={}, with_maps=False,
+                                file_bytes=2 ** 30)
+        assert held == 8 * 2 ** 20, held
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_thread_on_its_way_out_holds_nothing_and_one_that_hides_its_files_is_over(
+        tmp_path, monkeypatch):
+    """A thread past the point of no return in exit() cannot be inspected by its own user (the
+    kernel releases its memory first: hundreds of large processes exiting at once keep one so
+    for longer than the grader asks again) but writes nothing more: it holds nothing. A thread
+    that is not exiting and whose files cannot be read is over the limit."""
+    from grader.isolation.sandbox import usage
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    real_listdir, real_open = os.listdir, open
+    flags = {"value": 0}
+
+    def closed(path):
+        if str(path).endswith("/fd"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_listdir(path)
+
+    def stat_says(path, *args, **kwargs):
+        if str(path).startswith(f"/proc/{proc.pid}/task/") and str(path).endswith("/stat"):
+            import io
+
+            return io.BytesIO(f"{proc.pid} (python) R 1 1 1 0 -1 {flags['value']} 0 0".encode())
+        return real_open(path, *args, **kwargs)
+
+    try:
+        monkeypatch.setattr(usage.os, "listdir", closed)
+        monkeypatch.setattr(usage, "open", stat_says, raising=False)
+        monkeypatch.setattr(usage.time, "sleep", lambda s: None)
+        flags["value"] = 0x400040 | usage.PF_EXITING
+        assert usage.held_usage({proc.pid}, owner=os.getuid(), devices=set(), seen={},
+                                with_maps=False, file_bytes=2 ** 30) == 0
+        flags["value"] = 0x400040
+        over = usage.held_usage({proc.pid}, owner=os.getuid(), devices=set(), seen={},
+                                with_maps=False, file_bytes=2 ** 30)
+        assert isinstance(over, usage.Over) and "could not count" in over.why, over
+    finally:
+        proc.kill()
+        proc.wait()

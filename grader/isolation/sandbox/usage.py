@@ -138,56 +138,78 @@ def held_usage(pids, *, owner: int, devices: set[int], seen: dict,
     filesystems of the subject's folder): deleted (or never named: ``O_TMPFILE``) regular files
     owned by ``owner`` that one of them holds open, and, when ``with_maps``, such files deleted
     while mapped. (A memfd is memory, on a filesystem of its own: its cgroup counts it, or it is
-    refused.) Each is measured through ``/proc/PID/fd`` (the file itself); a mapped one through
-    ``/proc/PID/map_files`` where this process may follow those links (CAP_SYS_ADMIN), else by
-    the size a walk saw it at (``seen``), else as the largest file a subject may write
-    (``file_bytes``). A process whose files cannot be read at all is :class:`Over`."""
+    refused.) Each is measured through ``/proc/PID/task/TID/fd`` (the file itself), every thread
+    of each process: a thread may hold a table of its own (``unshare(CLONE_FILES)``), and a
+    process whose first thread has exited while others still run shows no table of its own.
+    A mapped one through ``/proc/PID/map_files`` where this process may follow those links
+    (CAP_SYS_ADMIN), else by the size a walk saw it at (``seen``), else as the largest file a
+    subject may write (``file_bytes``). A thread whose files cannot be read at all, and which is
+    not on its way out, is :class:`Over`."""
     counted: set[tuple[int, int]] = set()
     used = 0
     for pid in pids:
-        folder = f"/proc/{pid}/fd"
-        fds = _fd_names(folder, pid)
-        if fds is None:
+        tables = _fd_tables(pid)
+        if tables is None:
             return Over("disk", "a process whose open files the grader could not count")
-        for name in fds:
-            try:
-                st = os.stat(os.path.join(folder, name))
-            except OSError:
-                continue
-            key = (st.st_dev, st.st_ino)
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_uid == owner \
-                    and st.st_dev in devices and key not in counted:
-                counted.add(key)
-                seen[key] = st.st_blocks * 512
-                used += st.st_blocks * 512
+        for folder, names in tables:
+            for name in names:
+                try:
+                    st = os.stat(os.path.join(folder, name))
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_uid == owner \
+                        and st.st_dev in devices and key not in counted:
+                    counted.add(key)
+                    seen[key] = st.st_blocks * 512
+                    used += st.st_blocks * 512
         if with_maps:
             used += _mapped_deleted(pid, devices, seen, counted, file_bytes)
     return used
 
 
-def _fd_names(folder: str, pid: int) -> list[str] | None:
-    """The open descriptors of ``pid`` (none when it ended); None where they cannot be read: a
-    process its own user may not inspect. A process in the middle of ``execve`` is briefly in
-    that state (its new memory is not yet marked inspectable), so it is asked again first."""
+def _fd_tables(pid: int) -> list[tuple[str, list[str]]] | None:
+    """``(folder, names)`` of the open descriptors of every thread of ``pid`` (threads mostly
+    share one table: it is then listed once per thread); None where a thread's cannot be read."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    except OSError:
+        threads = [str(pid)]
+    tables = []
+    for tid in threads:
+        folder = f"/proc/{pid}/task/{tid}/fd"
+        names = _fd_names(folder, pid, int(tid))
+        if names is None:
+            return None
+        tables.append((folder, names))
+    return tables
+
+
+def _fd_names(folder: str, pid: int, tid: int) -> list[str] | None:
+    """The open descriptors of thread ``tid`` of ``pid`` (none when it ended); None where they
+    cannot be read: a process its own user may not inspect. A thread on its way out is no
+    longer inspectable by its own user (its memory is released first) but opens and writes
+    nothing more, and its files are closed next: it holds none here (with hundreds of large
+    processes exiting at once, one stays so for longer than 0.2 s). A process in the middle of
+    ``execve`` is briefly not inspectable either (its new memory is not yet marked so), so it is
+    asked again first."""
     for attempt in range(20):
         try:
             return os.listdir(folder)
         except FileNotFoundError:
             return []
         except OSError:
-            if _ended(pid):
-                return []       # a zombie holds no file (and its folder is closed to its user)
+            if _ended(pid, tid):
+                return []       # a zombie or an exiting thread: no file it can add to
             time.sleep(0.001 * (attempt + 1))
     return None
 
 
 def _mapped_deleted(pid: int, devices: set[int], seen: dict, counted: set,
                     file_bytes: int) -> int:
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as fh:
-            text = fh.read()
-    except OSError:
-        return 0
+    text = _maps(pid)
     if b"(deleted)" not in text:
         return 0
     used = 0
@@ -213,13 +235,42 @@ def _mapped_deleted(pid: int, devices: set[int], seen: dict, counted: set,
     return used
 
 
-def _ended(pid: int) -> bool:
+def _maps(pid: int) -> bytes:
+    """The memory map of ``pid``: its threads share one, which a thread still running shows
+    (a process whose first thread has exited shows none of its own)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        threads = [str(pid)]
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/maps", "rb") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        if text:
+            return text
+    return b""
+
+
+# The kernel's flag of a task past the point of no return in exit() (include/linux/sched.h).
+PF_EXITING = 0x4
+
+
+def _ended(pid: int, tid: int | None = None) -> bool:
+    """Has thread ``tid`` of ``pid`` (default: the process itself) ended, or is it ending (a
+    zombie, dead, or past the point of no return in exit: ``PF_EXITING``)?"""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        with open(path, "rb") as fh:
             stat_line = fh.read()
     except OSError:
         return True
-    return stat_line[stat_line.rfind(b")") + 2:][:1] in (b"Z", b"X")
+    fields = stat_line[stat_line.rfind(b")") + 2:].split()
+    try:
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & PF_EXITING)
+    except (IndexError, ValueError):
+        return False
 
 
 # How long a measurement waits for the subject's threads to stop once told to. A thread running
