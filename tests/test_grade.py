@@ -408,12 +408,14 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
         assert len(run.judges) == judges, (pending, run.judges)
 
 
-def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_alone(
-        tmp_path, monkeypatch):
+@pytest.mark.parametrize("cores", ["own", "shared"])
+def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_first(
+        tmp_path, monkeypatch, cores):
     """start_judges with two workers: every judge builds every set; each set once cold, the
     others from the cache with the figures the cold build measured; the cold builds of two sets
     run at the same time on the two judges; ps3, whose planning question is measured as it is
-    built, is built before anything else and alone."""
+    built (on one core), is built first, by the first judge: beside the other sets' cold builds
+    where each judge has cores of its own, alone where they share the cores."""
     import dataclasses
     import threading
 
@@ -426,7 +428,7 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
 
     class FakeJudge:
         def __init__(self, *, env, cores, log_path):
-            self.name = os.path.basename(log_path)
+            self.name, self.cores = os.path.basename(log_path), cores
 
     lock, running, events, given = threading.Lock(), set(), [], {}
     both_cold = threading.Barrier(2, timeout=20)   # broken unless two cold builds meet
@@ -437,6 +439,8 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
             events.append((assignment, judge.name, cold, sorted(running)))
             given[(assignment, judge.name)] = measured_jobs
             running.add((assignment, judge.name))
+        if cold and assignment == "ps3":    # measuring: long enough for a build beside it
+            time.sleep(0.3)
         if cold and assignment in ("ps1", "ps2"):
             both_cold.wait()
         time.sleep(0.05)
@@ -445,6 +449,8 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
         figures = {"ps3.q1": {"measured": True}} if assignment == "ps3" else {}
         return BuiltReferences({f"{assignment}.q1": 1.0}, figures)
 
+    if cores == "shared":
+        monkeypatch.setattr(grade_module, "worker_cores", lambda count, idle=None: [None] * count)
     monkeypatch.setattr(judge_process, "JudgeProcess", FakeJudge)
     monkeypatch.setattr(scoring, "build_references", fake_build)
     monkeypatch.setattr(scoring, "yardstick", lambda key, figures, kept=False: "")
@@ -458,7 +464,14 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     judges = {"judge-0.log", "judge-1.log"}
     assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)
     assert sorted(a for a, _, cold, _ in events if cold) == sets          # each once cold
-    assert events[0][:3] == ("ps3", "judge-0.log", True) and events[1][3] == []  # first, alone
+    ps3 = [e for e in events if e[0] == "ps3" and e[2]]
+    assert [e[1] for e in ps3] == ["judge-0.log"]                  # measured by the first judge
+    beside = [e for e in events if ("ps3", "judge-0.log") in e[3]] + \
+        [e for e in events if e in ps3 and e[3]]
+    if cores == "own":          # another set's cold build on the other judge while ps3 is built
+        assert {(e[1], e[2]) for e in beside} == {("judge-1.log", True)}, events
+    else:                       # first, and nothing beside it
+        assert events[0] == ("ps3", "judge-0.log", True, []) and beside == [], events
     assert given[("ps3", "judge-1.log")] == {"ps3.q1": {"measured": True}}  # its figures
     assert set(run.reference_s) == set(sets)
 

@@ -273,19 +273,26 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
     set's deadlines (what it took: :attr:`grader.cohort.scoring.BuiltReferences.reference_s`) and
     measures its planning questions' figures (ps3 q1); every other judge then builds it from the
     cache, with those figures, so every submission of the run is judged on the same ones. The
-    cold builds of different sets run at once, each on its own judge's cores; a set with a
-    planning question is built first, by the first judge alone, so that nothing else runs while
-    its figures are measured. Those figures are kept with the cache
+    cold builds run at once, each judge taking the next set not yet built. A set with a planning
+    question is built first by the first judge: its figures are measured on one core (one
+    thread, one compile worker: :mod:`grader.checks.jobs`), so where every judge has cores of
+    its own the others build the other sets beside it; where they share cores, nothing else
+    runs while its figures are measured. Those figures are kept with the cache
     (:meth:`JudgeCache.keep_figures`): a later run on this machine, a regrade included, judges on
     the same ones, and builds that set with the others."""
+    import collections
+    import threading
+
     from grader.cohort.scoring import build_references, yardstick
 
     slots = range(len(run.judges))
     kept = {a: cache.kept_figures(a) for a in todo}
     measured = [a for a in todo if _plans(a) and not kept[a]]
-    rest = [a for a in todo if a not in measured]
-    cold_by = {**{a: 0 for a in measured}, **{a: i % len(slots) for i, a in enumerate(rest)}}
+    waiting = collections.deque(a for a in todo if a not in measured)
+    beside = len(slots) > 1 and all(getattr(j, "cores", None) for j in run.judges)
+    cold_by = {a: 0 for a in measured}
     built, took = {}, {}
+    lock = threading.Lock()
 
     def build(slot: int, assignments: list[str], cold: bool) -> None:
         for assignment in assignments:
@@ -297,13 +304,26 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
             if cold:
                 built[assignment], took[assignment] = made, time.monotonic() - started
 
-    def at_once(work: list[tuple[int, list[str], bool]]) -> None:
+    def build_cold(slot: int, first: list[str]) -> None:
+        build(slot, first, cold=True)
+        while True:
+            with lock:
+                if not waiting:
+                    return
+                assignment = waiting.popleft()
+                cold_by[assignment] = slot
+            build(slot, [assignment], cold=True)
+
+    def at_once(work: list[tuple]) -> None:
         with cf.ThreadPoolExecutor(max_workers=len(work)) as pool:
-            list(pool.map(lambda w: build(*w), work))
+            list(pool.map(lambda w: w[0](*w[1:]), work))
 
     started = time.monotonic()
-    build(0, measured, cold=True)       # alone: the machine is its timings' only work
-    at_once([(slot, [a for a in rest if cold_by[a] == slot], True) for slot in slots])
+    if beside:
+        at_once([(build_cold, slot, measured if slot == 0 else []) for slot in slots])
+    else:
+        build(0, measured, cold=True)   # alone: the machine is its timings' only work
+        at_once([(build_cold, slot, []) for slot in slots])
     for assignment in todo:             # said in the sets' order
         made = built[assignment]
         run.reference_s[assignment] = cache.cold_reference_s(assignment, made)
@@ -312,7 +332,8 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
         for key, figures in sorted(made.measured_jobs.items()):
             run.log(f"{key}: {yardstick(key, figures, kept=bool(kept[assignment]))}")
     if len(slots) > 1:                  # the others, from the cache, with the figures measured
-        at_once([(slot, [a for a in todo if cold_by[a] != slot], False) for slot in slots])
+        at_once([(build, slot, [a for a in todo if cold_by[a] != slot], False)
+                 for slot in slots])
     run.references_seconds += time.monotonic() - started
 
 
