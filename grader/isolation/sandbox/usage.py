@@ -10,6 +10,10 @@ memfd and ``O_TMPFILE`` files (:func:`held_usage`). Each measurement is made wit
 processes stopped (:func:`stopped`): a file moved from a folder not yet read to one already read
 would otherwise be missed by that walk, and by every walk it raced. :func:`remove_tree` removes
 a folder the same way, without recursion.
+
+Why one module: the folder walk, the files held out of any folder's sight and the stop that makes
+both exact are one measurement, of one limit (the disk), and the removal walks folders as the
+measurement does; split, each part would hold half of one argument.
 """
 from __future__ import annotations
 
