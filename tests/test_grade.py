@@ -361,7 +361,18 @@ def test_a_submission_takes_a_free_judge_never_one_in_use(monkeypatch):
     assert {j for s, j in used if s != "slow"} == {"judge-0", "judge-1"} - {dict(used)["slow"]}
 
 
-def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypatch):
+@pytest.fixture
+def folders_of_its_own(tmp_path, monkeypatch):
+    """start_judges makes the run's judges' and subjects' folders in the temporary folder, which
+    grade() removes at its end: a test that calls start_judges alone (with fake judges) keeps
+    them in its own folder instead of leaving them in /tmp."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypatch,
+                                                              folders_of_its_own):
     """Each judge builds the references before its first submission: adding one submission to a
     graded course starts one judge, whatever WORKERS says, not pinned (there is no next
     submission to start a subject ahead for)."""
@@ -410,7 +421,7 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
 
 @pytest.mark.parametrize("cores", ["own", "shared"])
 def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_first(
-        tmp_path, monkeypatch, cores):
+        tmp_path, monkeypatch, cores, folders_of_its_own):
     """start_judges with two workers: every judge builds every set; each set once cold, the
     others from the cache with the figures the cold build measured; the cold builds of two sets
     run at the same time on the two judges; ps3, whose planning question is measured as it is
@@ -530,7 +541,8 @@ def test_idle_cores_are_those_the_machine_does_not_keep_busy_now():
     assert idle <= max(1, len(allowed) - 1), idle
 
 
-def test_one_worker_has_the_cores_to_itself_only_where_they_are_idle(tmp_path, monkeypatch):
+def test_one_worker_has_the_cores_to_itself_only_where_they_are_idle(tmp_path, monkeypatch,
+                                                                    folders_of_its_own):
     """WORKERS=1 with submissions to grade: the judge is pinned to every core (and starts each
     next subject ahead) where all are idle; where another program keeps one busy, not pinned."""
     import dataclasses
