@@ -152,7 +152,8 @@ def held_usage(pids, *, owner: int, devices: set[int], seen: dict,
     counted: set[tuple[int, int]] = set()
     used = 0
     for pid in pids:
-        tables = _fd_tables(pid)
+        threads = _threads(pid)
+        tables = _fd_tables(pid, threads)
         if tables is None:
             return Over("disk", "a process whose open files the grader could not count")
         for folder, names in tables:
@@ -168,19 +169,25 @@ def held_usage(pids, *, owner: int, devices: set[int], seen: dict,
                     seen[key] = st.st_blocks * 512
                     used += st.st_blocks * 512
         if with_maps:
-            used += _mapped_deleted(pid, devices, seen, counted, file_bytes)
+            used += _mapped_deleted(pid, threads, devices, seen, counted, file_bytes)
     return used
 
 
-def _fd_tables(pid: int) -> list[tuple[str, list[str]]] | None:
-    """``(folder, names)`` of the open descriptors of every thread of ``pid`` (threads mostly
-    share one table: it is then listed once per thread); None where a thread's cannot be read."""
+def _threads(pid: int) -> list[str]:
+    """The thread ids of ``pid`` (none once it is gone; the process's own id where its list of
+    threads cannot be read)."""
     try:
-        threads = os.listdir(f"/proc/{pid}/task")
+        return os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
         return []
     except OSError:
-        threads = [str(pid)]
+        return [str(pid)]
+
+
+def _fd_tables(pid: int, threads: list[str]) -> list[tuple[str, list[str]]] | None:
+    """``(folder, names)`` of the open descriptors of each of ``threads`` of ``pid`` (threads
+    mostly share one table: it is then listed once per thread); None where a thread's cannot be
+    read."""
     tables = []
     for tid in threads:
         folder = f"/proc/{pid}/task/{tid}/fd"
@@ -211,9 +218,9 @@ def _fd_names(folder: str, pid: int, tid: int) -> list[str] | None:
     return None
 
 
-def _mapped_deleted(pid: int, devices: set[int], seen: dict, counted: set,
-                    file_bytes: int) -> int:
-    text = _maps(pid)
+def _mapped_deleted(pid: int, threads: list[str], devices: set[int], seen: dict,
+                    counted: set, file_bytes: int) -> int:
+    text = _maps(pid, threads)
     if b"(deleted)" not in text:
         return 0
     used = 0
@@ -239,13 +246,9 @@ def _mapped_deleted(pid: int, devices: set[int], seen: dict, counted: set,
     return used
 
 
-def _maps(pid: int) -> bytes:
-    """The memory map of ``pid``: its threads share one, which a thread still running shows
+def _maps(pid: int, threads: list[str]) -> bytes:
+    """The memory map of ``pid``: its ``threads`` share one, which a thread still running shows
     (a process whose first thread has exited shows none of its own)."""
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        threads = [str(pid)]
     for tid in threads:
         try:
             with open(f"/proc/{pid}/task/{tid}/maps", "rb") as fh:
@@ -264,17 +267,25 @@ PF_EXITING = 0x4
 def _ended(pid: int, tid: int | None = None) -> bool:
     """Has thread ``tid`` of ``pid`` (default: the process itself) ended, or is it ending (a
     zombie, dead, or past the point of no return in exit: ``PF_EXITING``)?"""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        with open(path, "rb") as fh:
-            stat_line = fh.read()
-    except OSError:
+    task = "" if tid is None else f"/task/{tid}"
+    fields = _stat_fields(f"/proc/{pid}{task}/stat")
+    if fields is None:
         return True
-    fields = stat_line[stat_line.rfind(b")") + 2:].split()
     try:
         return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & PF_EXITING)
     except (IndexError, ValueError):
         return False
+
+
+def _stat_fields(path: str) -> list[bytes] | None:
+    """The fields of a ``/proc/.../stat`` file after the command's name (state first), or None
+    where it cannot be read (the task has ended)."""
+    try:
+        with open(path, "rb") as fh:
+            line = fh.read()
+    except OSError:
+        return None
+    return line[line.rfind(b")") + 2:].split()
 
 
 # How long a measurement waits for the subject's threads to stop once told to. A thread running
@@ -340,12 +351,10 @@ def _all_stopped(pid: int) -> bool:
     except OSError:
         return True
     for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-                line = fh.read()
-        except OSError:
+        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        if fields is None:
             continue
-        if line[line.rfind(b")") + 2:][:1] not in (b"T", b"t", b"Z", b"X"):
+        if (fields[0][:1] if fields else b"") not in (b"T", b"t", b"Z", b"X"):
             return False
     return True
 
