@@ -5,6 +5,9 @@ here, what it relies on: DDPOptimizer's rule as the helper computes it, that a l
 one result per process, and that a failing task is reported with its traceback."""
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 import torch
 
@@ -36,7 +39,8 @@ def test_net_checkpointed_or_not_computes_the_same():
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
-def test_launch_returns_one_result_per_process_and_reports_a_failing_task():
+def test_launch_returns_one_result_per_process_and_reports_a_failing_task(monkeypatch, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # where launch keeps its results
     results = ch.launch(["seeds"], {"seeds": {"n": 256}}, backend="gloo", timeout=300)
     seeds = results["seeds"]
     assert len(seeds) == ch.WORLD_SIZE and all(r["backend"] == "gloo" for r in seeds)
@@ -46,6 +50,7 @@ def test_launch_returns_one_result_per_process_and_reports_a_failing_task():
         ch.launch(["seeds"], {"seeds": {"bogus": 1}}, backend="gloo", timeout=300)
     with pytest.raises(ValueError, match="unknown tasks"):
         ch.launch(["nothing"])
+    assert os.listdir(tmp_path) == []     # a failed run leaves nothing behind either
 
 
 def test_generated_code_and_settings():

@@ -62,6 +62,10 @@ def test_a_two_node_cluster_grades_like_local_workers_and_a_killed_worker_loses_
                     break
             time.sleep(0.5)
 
+    # Ray ends a worker with SIGKILL: nothing of it runs after. What it had on disk (the killed
+    # worker's course copy and judge; every worker's judge when the cluster stops) is removed
+    # by the next worker that starts on the node, or by the driver of a local instance.
+    worker_folders = _worker_folders()
     killer = threading.Thread(target=kill_one_worker_mid_task, daemon=True)
     killer.start()
     try:
@@ -71,6 +75,11 @@ def test_a_two_node_cluster_grades_like_local_workers_and_a_killed_worker_loses_
         killer.join(5)
         cluster.shutdown()
     assert killed, "no grading task was seen running, so none was killed"
+    left = _worker_folders() - worker_folders
+    assert left, "the workers' folders (their judges) were not kept in WORKER_FOLDERS"
+    distributed.sweep_worker_folders(wait_s=distributed.LOCAL_WORKERS_END_S)
+    assert not _worker_folders() & left, "a folder of an ended Ray worker is still there"
+    assert not any(name.startswith(f"{killed[0]}-") for name in _worker_folders())
     scores = {o.submission.student: o.score for o in run.outcomes}
     assert scores == {s: EXPECTED["ps2"][p] for s, p in COHORT.items()}, \
         [(o.submission.student, o.status, o.reason[:200]) for o in run.outcomes]
@@ -85,7 +94,46 @@ def test_a_two_node_cluster_grades_like_local_workers_and_a_killed_worker_loses_
     assert totals == scores
 
 
-def test_the_driver_keeps_its_own_print():
+def _worker_folders() -> set[str]:
+    try:
+        return set(os.listdir(distributed.WORKER_FOLDERS))
+    except FileNotFoundError:
+        return set()
+
+
+FOLDER = """
+import sys, time
+from grader.cohort import distributed
+print(distributed.worker_folder(sys.argv[1]), flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_folders_of_a_worker_that_ended_are_removed_by_the_next_one(tmp_path):
+    import sys
+
+    root = str(tmp_path / "workers")
+    workers = [subprocess.Popen([sys.executable, "-c", FOLDER, root], stdout=subprocess.PIPE,
+                                text=True, cwd=REPO) for _ in range(2)]
+    try:
+        killed, running = [p.stdout.readline().strip() for p in workers]
+        with open(os.path.join(killed, "judge-cache"), "w") as fh:
+            fh.write("what a killed worker leaves")
+        workers[0].kill()
+        workers[0].wait()
+        assert os.path.isdir(killed)                         # nothing of it ran after SIGKILL
+        own = distributed.worker_folder(root)                # the next worker's first folder
+        assert not os.path.exists(killed)
+        assert os.path.isdir(running) and os.path.isdir(own)  # a live process keeps its own
+        assert distributed.worker_folder(root) == own
+    finally:
+        for p in workers:
+            p.kill()
+            p.wait()
+    assert distributed.sweep_worker_folders(root, wait_s=5) == [running]
+
+
+def test_the_driver_keeps_its_own_print_and_leaves_no_worker_folder():
     # Ray can replace the driver's print() for good (tqdm_ray); a grading run must leave the
     # process as it found it (the test suite runs make grade in-process).
     import builtins
@@ -96,9 +144,14 @@ def test_the_driver_keeps_its_own_print():
         from ray.experimental import tqdm_ray
 
         tqdm_ray.instance()            # what a task's progress output triggers on the driver
+        # A worker's folder, which Ray's SIGKILL at shutdown leaves: the driver of the local
+        # instance removes it once the instance has stopped.
+        folder = executor.ray.get(executor.ray.remote(distributed.worker_folder).remote())
+        assert os.path.isdir(folder)
     finally:
         executor.shutdown()
     assert builtins.print is before
+    assert not os.path.exists(folder)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +350,7 @@ def test_a_worker_keeps_its_judge_for_the_tasks_of_a_run_and_no_longer(monkeypat
     monkeypatch.setattr(distributed, "claim_core", lambda: cores.append("claimed") or 0)
     monkeypatch.setattr(distributed, "release_core", lambda: cores.append("released"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(distributed, "WORKER_FOLDERS", str(tmp_path / "workers"))
     run_a, run_b = {"run": "a", "cache": b""}, {"run": "b", "cache": b""}
     course = str(tmp_path)
     try:

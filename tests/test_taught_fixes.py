@@ -92,7 +92,9 @@ def _grade(judge, tmp_path, ps: str, solution: str) -> scoring.JudgedScores:
 
 def _full_marks(scores: scoring.JudgedScores) -> None:
     for grade_id, cell in scores.cells.items():
-        problems = {k: (r.get("status"), r.get("message")) for k, r in scores.problems.items()}
+        # With the grader's own traceback, where it failed (a grader error is the grader's bug).
+        problems = {k: (r.get("status"), r.get("message"), str(r.get("traceback", ""))[-4000:])
+                    for k, r in scores.problems.items()}
         assert cell["points"] == cell["max_points"] or cell["review"], (grade_id, cell, problems)
     assert any(c["points"] for c in scores.cells.values())
 

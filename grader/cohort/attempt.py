@@ -75,13 +75,14 @@ def submitted_notebook(course: str, sub: Submission) -> str | None:
 
 
 def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
-                isolation: process.Isolation, judge=None, device: str | None = None) -> Attempt:
+                isolation: process.Isolation, judge=None, device: str | None = None,
+                folder_in: str | None = None) -> Attempt:
     """Grade one submission: the judged points (no learner code here; ``judge`` decides them,
     on ``device``), saved as :data:`grader._files.JUDGED_SCORES_FILE` in a new grading
-    folder. The attempt's ``phases`` hold the seconds of each step (each group of problems the
+    folder (in ``folder_in``, default the temporary folder). The attempt's ``phases`` hold the seconds of each step (each group of problems the
     judge graded, broken down by the judge) for ``make bench-grade``."""
     phases = Phases()
-    tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-")
+    tmp = tempfile.mkdtemp(prefix=f"grade-{sub.student}-{sub.assignment}-", dir=folder_in)
 
     def done(failure: str | None) -> Attempt:
         return Attempt(tmp, failure, phases.elapsed(), dict(phases.seconds))

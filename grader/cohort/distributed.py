@@ -67,11 +67,18 @@ CPUS_PER_SUBMISSION = 1   # the timed runs use one thread (grader.isolation.judg
 MAX_RETRIES = 2           # tries after a lost worker process or node, before the submission fails
 CLIENT_CONNECT_TRIES = 3  # Ray Client connections, when the server dies starting up (_init_ray)
 CLIENT_RETRY_PAUSE_S = 2.0
+LOCAL_WORKERS_END_S = 10.0  # how long the driver waits for a local instance's workers to end
 # What a task sends back from its grading copy (grader.cohort.attempt.run_attempt's folder).
 RESULT_PATHS = (files.JUDGED_SCORES_FILE,)
 
 
 CORE_LOCKS = os.path.join(tempfile.gettempdir(), "course-grader-cores")
+# Where a Ray worker process keeps its folders on its node (its judge's compiler cache, a task's
+# course copy, a references build): one folder per process, ``PID-STARTTIME``. Ray ends its
+# worker processes with SIGKILL (no atexit handler, no ``finally`` runs), so the folder of a
+# process that has ended is removed by the next worker process that makes one on the node, and
+# by the driver once a local Ray instance it started has stopped (:func:`sweep_worker_folders`).
+WORKER_FOLDERS = os.path.join(tempfile.gettempdir(), "course-grader-ray")
 NODE_CHECK_TIMEOUT_S = 120
 _claimed: list = []   # this process's core lock (kept open: the lock lives as long as the fd)
 
@@ -105,6 +112,59 @@ def release_core() -> None:
         _, fd, allowed = _claimed.pop()
         os.sched_setaffinity(0, allowed)
         os.close(fd)
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (``/proc/PID/stat`` field 22: with the pid, it names
+    one process even after the pid is reused), or None when it has ended (or is a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def worker_folder(root: str | None = None) -> str:
+    """This process's folder under ``root`` (default :data:`WORKER_FOLDERS`; made on first use,
+    after removing those of processes that have ended): every temporary folder of a Ray worker
+    lies in it."""
+    root = root or WORKER_FOLDERS
+    own = os.path.join(root, f"{os.getpid()}-{_start_time(os.getpid())}")
+    if not os.path.isdir(own):
+        sweep_worker_folders(root)
+        os.makedirs(root, exist_ok=True)
+        try:
+            os.chmod(root, 0o1777)   # shared by the node's users, each removing only its own
+        except OSError:
+            pass
+        os.makedirs(own, exist_ok=True)
+    return own
+
+
+def sweep_worker_folders(root: str | None = None, wait_s: float = 0.0) -> list[str]:
+    """Remove the folders under ``root`` (default :data:`WORKER_FOLDERS`) of worker processes
+    that have ended, after waiting up to ``wait_s`` seconds for those still running to end (the
+    driver, as a local instance stops). Returns the folders removed."""
+    root = root or WORKER_FOLDERS
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    deadline = time.monotonic() + wait_s
+    removed = []
+    for name in names:
+        pid, _, start = name.partition("-")
+        if not pid.isdigit():
+            continue
+        while _start_time(int(pid)) == start and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _start_time(int(pid)) != start:
+            path = os.path.join(root, name)
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.exists(path):
+                removed.append(path)
+    return removed
 
 
 def node_report() -> dict:
@@ -177,7 +237,7 @@ class WorkerJudge:
             return held.judge
         cls.close_held()
         claim_core()   # before the judge starts: it and its subjects inherit the pinning
-        folder = tempfile.mkdtemp(prefix="ray-judge-")
+        folder = tempfile.mkdtemp(prefix="judge-", dir=worker_folder())
         judge = _judge(folder, references)
         cls.held = cls(key, judge, folder)
         if key[0] is None:   # no run to share it with (a caller of its own): one task only
@@ -214,7 +274,7 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
     judged scores), the failure (or None), seconds, phases and the node."""
     from grader.isolation.sandbox import process
 
-    course = tempfile.mkdtemp(prefix=f"ray-{student}-{assignment}-")
+    course = tempfile.mkdtemp(prefix=f"{student}-{assignment}-", dir=worker_folder())
     tmp = None
     node = socket.gethostname()
     try:
@@ -231,7 +291,7 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
         sub = Submission(student, assignment,
                          os.path.join(course, files.SUBMITTED, student, assignment))
         attempt = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
-                              device=device_for(0, gpu_count()))
+                              device=device_for(0, gpu_count()), folder_in=worker_folder())
         tmp = attempt.folder
         return {"archive": pack_folder(tmp, RESULT_PATHS), "failure": attempt.failure,
                 "seconds": attempt.seconds, "phases": attempt.phases, "node": node, "core": core}
@@ -260,7 +320,7 @@ def references_task(payload: bytes, assignment: str) -> dict:
     the run's id (a worker keeps its judge for the tasks of one run: :class:`WorkerJudge`)."""
     from grader.cohort import scoring
 
-    course = tempfile.mkdtemp(prefix=f"ray-references-{assignment}-")
+    course = tempfile.mkdtemp(prefix=f"references-{assignment}-", dir=worker_folder())
     own_core = WorkerJudge.held is None   # else the core is the held judge's
     claim_core()
     try:
@@ -315,9 +375,11 @@ class RayExecutor:
         # driver (tqdm_ray), for good; keep print as it is, and put it back at shutdown.
         os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
         self._print = builtins.print
+        self.local = False
         if not ray.is_initialized():
             # Without an address a local instance starts; RAY_ADDRESS is read by ray.init too.
             address = address or os.environ.get("RAY_ADDRESS") or None
+            self.local = address in (None, "local")
             client = bool(address) and address.startswith("ray://")
             why = ray_address.probe_address(address) \
                 if address and address not in ("auto", "local") else None
@@ -374,6 +436,8 @@ class RayExecutor:
 
         self.ray.shutdown()
         builtins.print = self._print
+        if self.local:   # its workers were this machine's, ended with the instance
+            sweep_worker_folders(wait_s=LOCAL_WORKERS_END_S)
 
     def describe(self) -> str:
         resources = self.ray.cluster_resources()

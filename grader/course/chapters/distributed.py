@@ -148,17 +148,17 @@ def launch(tasks: list[str], options: dict | None = None, *, world_size: int = W
         _worker, args=(world_size, backend, port, list(tasks), options or {}, folder),
         nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout
-    try:
-        while not context.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                for process in context.processes:
-                    if process.is_alive():
-                        process.kill()
-                raise TimeoutError(f"the {world_size} processes ran past {timeout:.0f} s")
-    except torch.multiprocessing.ProcessRaisedException as exc:
-        raise RuntimeError(f"a process failed:\n{exc}") from None
     results = {}
-    try:
+    try:   # the files go whatever happens: a failed or timed-out run leaves nothing behind
+        try:
+            while not context.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    for process in context.processes:
+                        if process.is_alive():
+                            process.kill()
+                    raise TimeoutError(f"the {world_size} processes ran past {timeout:.0f} s")
+        except torch.multiprocessing.ProcessRaisedException as exc:
+            raise RuntimeError(f"a process failed:\n{exc}") from None
         for task in tasks:
             results[task] = []
             for rank in range(world_size):
@@ -166,6 +166,9 @@ def launch(tasks: list[str], options: dict | None = None, *, world_size: int = W
                     results[task].append(json.load(fh))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        for path in context.error_files:   # where a failing process wrote its traceback
+            if path and os.path.exists(path):
+                os.remove(path)
     return results
 
 
