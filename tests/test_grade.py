@@ -24,6 +24,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ASSIGNMENT = "ps2"
 
 
+def _full_marks(course: str, outcome) -> None:
+    """``outcome`` (the full solution) scored every point, but for speed cells this machine's
+    noise left undecided: those are held for a person, as the demo check allows (a loaded
+    machine's timing is no grader error and no wrong answer). Every other cell scored in full."""
+    if outcome.score == outcome.max_score:
+        return
+    from grader import _files as files
+    from grader.cohort.scoring import JudgedScores
+
+    sub = outcome.submission
+    judged = JudgedScores.load(os.path.join(files.autograded_dir(course, sub.student,
+                                                                 sub.assignment),
+                                            files.RESULTS_FILE))
+    short = {g: c for g, c in judged.cell_scores().items() if c.points < c.max_points}
+    assert short and all(g.endswith("-speed") and c.review for g, c in short.items()), \
+        (sub.name, outcome.score, outcome.max_score, short)
+
+
 def _gradebook_rows(course: str) -> list[tuple]:
     from nbgrader.api import Gradebook
 
@@ -69,7 +87,7 @@ def test_unreadable_submissions_score_zero_with_a_reason_and_nobody_else_is_affe
         assert len(shown) == 1 and reason in shown[0].evalue, (student, solution.outputs)
         fb = os.path.join(demo_run.course, "feedback", student, ASSIGNMENT, f"{ASSIGNMENT}.html")
         assert reason in html.unescape(open(fb).read()), student
-    assert by_student["ada_full"].score == by_student["ada_full"].max_score
+    _full_marks(demo_run.course, by_student["ada_full"])
     # Real submissions (not the demo) with an ungradable one exit with status 2.
     demo_run.demo = False
     assert exit_status(demo_run) == 2
@@ -157,7 +175,7 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
     assert {o.status for s, o in by_student.items() if s not in saved} <= {"graded", "failed"}
     rows = _gradebook_rows(folder)
     assert [r[0] for r in rows] == sorted(cohort)  # each student exactly once
-    assert by_student["d_full"].score == by_student["d_full"].max_score
+    _full_marks(folder, by_student["d_full"])
 
     # Nothing new: nothing is graded, generated or drawn again, and no nbgrader process is started
     # (nbgrader's own start is ~2 s a call; a regrade with nothing to do once took a minute for

@@ -133,13 +133,56 @@ def notebook_runs(request, tmp_path_factory):
                 return exc
         return _validate(how, ps)
 
-    return dict(zip(wanted, at_once(run, wanted)))
+    runs = dict(zip(wanted, at_once(run, wanted)))
+    # A timed cell measures on this machine, beside the rest of the suite: on a loaded machine a
+    # reference's speed can come out undecided, which validate reports as partial credit. Such a
+    # set is validated once more, alone, after the others; anything else stands as it came.
+    for pair, proc in runs.items():
+        if pair[0] == "solved" and only_timed_cells_fell_short(proc.stdout):
+            print(f"{pair[1]}: only a timed cell fell short beside the other runs; validated "
+                  f"again alone", flush=True)
+            runs[pair] = _validate(*pair)
+    return runs
+
+
+def only_timed_cells_fell_short(validate_stdout: str) -> bool:
+    """Whether ``nbgrader validate`` failed only through speed cells that earned part of their
+    points (a timed verdict), nothing else."""
+    failed = [block for block in re.split(r"\n=+\n", validate_stdout)
+              if block.startswith("The following cell failed")]
+    return bool(failed) and all(
+        '-speed"' in block and block.rstrip().endswith(
+            "Partial credit; passed some but not all of the tests") for block in failed)
 
 
 @pytest.mark.parametrize("ps", PROBLEM_SETS)
 def test_reference_solution_passes_every_test(notebook_runs, ps):
     proc = notebook_runs["solved", ps]
     assert "Success! Your notebook passes all the tests." in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_only_a_speed_cell_with_partial_credit_is_validated_again():
+    """What validate prints (nbgrader's own formatter) for a reference whose timed cell came out
+    short: validated again; any other failure, a speed cell's error included, stands."""
+    import io
+
+    from nbgrader.validator import Validator
+
+    def printed(*failures):
+        v = Validator()
+        v.stream = io.StringIO()
+        for source, error in failures:
+            v._print_error(source, error)
+        return "Validating...\n" + v.stream.getvalue()
+
+    partial = "Partial credit; passed some but not all of the tests"
+    speed = ('# Speedup (3 points)\nrun_test("ps6-q1-speed", CachedGPT)', partial)
+    assert only_timed_cells_fell_short(printed(speed))
+    assert not only_timed_cells_fell_short(printed(
+        speed, ('run_test("ps6-q1-correctness", CachedGPT)', partial)))
+    assert not only_timed_cells_fell_short(printed(
+        ('run_test("ps6-q1-speed", CachedGPT)', "CheckFailed: ps6.q1: speed failed")))
+    assert not only_timed_cells_fell_short("Success! Your notebook passes all the tests.")
 
 
 @pytest.mark.parametrize("ps", PROBLEM_SETS)
