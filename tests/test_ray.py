@@ -199,6 +199,8 @@ def test_every_node_is_checked_and_make_grade_runs_through_ray_client(tmp_path):
                     sandbox="auto")
     finally:
         cluster.shutdown()
+        # What the next worker on the node would do: the stopped workers' folders go.
+        distributed.sweep_worker_folders(wait_s=distributed.LOCAL_WORKERS_END_S)
     assert [(o.submission.student, o.score, o.status) for o in run.outcomes] == \
         [("ada_full", EXPECTED["ps2"]["ada_full"], "graded")]
 
