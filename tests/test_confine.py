@@ -174,3 +174,31 @@ def test_the_python_for_other_users_runs_as_another_user_and_imports_torch():
     import torch
 
     assert out.stdout.split() == [str(process.KERNEL_UID_BASE), torch.__version__]
+
+
+def test_every_reader_of_a_processs_stat_line_reads_past_a_name_with_parentheses(tmp_path):
+    """A learner can name its process anything, ``) R 1`` included: the process table, the
+    supervisor's process group, a Ray worker's start time and a tree's memory all read the fields
+    after the name's last ')' (grader/isolation/sandbox/procfs.py), never a field of the name."""
+    from grader.cohort import distributed
+    from grader.isolation.sandbox import procfs, supervise, usage
+    from grader.tools import bench_gradescope
+
+    named = tmp_path / "x) Z 1 1 (y"
+    os.symlink("/bin/sleep", named)
+    child = subprocess.Popen([str(named), "30"], start_new_session=True)
+    try:
+        with open(f"/proc/{child.pid}/stat", "rb") as fh:
+            assert b") Z 1 1 (" in fh.read()    # the name as the kernel writes it
+        assert confine.process_table()[child.pid] == (os.getpid(), "S")
+        assert child.pid in confine.descendants(os.getpid())
+        assert supervise._process_group(child.pid) == child.pid     # its own session
+        start = distributed._start_time(child.pid)
+        assert start is not None and start.isdigit() and int(start) > 0
+        assert not usage._ended(child.pid)
+        assert bench_gradescope.tree_rss(child.pid) > 0
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.process_stat(child.pid) is None and usage._ended(child.pid)
+    assert distributed._start_time(child.pid) is None and supervise._process_group(child.pid) == -1

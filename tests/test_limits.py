@@ -368,7 +368,7 @@ def test_a_thread_on_its_way_out_holds_nothing_and_one_that_hides_its_files_is_o
     kernel releases its memory first: hundreds of large processes exiting at once keep one so
     for longer than the grader asks again) but writes nothing more: it holds nothing. A thread
     that is not exiting and whose files cannot be read is over the limit."""
-    from grader.isolation.sandbox import usage
+    from grader.isolation.sandbox import procfs, usage
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     real_listdir, real_open = os.listdir, open
@@ -388,7 +388,7 @@ def test_a_thread_on_its_way_out_holds_nothing_and_one_that_hides_its_files_is_o
 
     try:
         monkeypatch.setattr(usage.os, "listdir", closed)
-        monkeypatch.setattr(usage, "open", stat_says, raising=False)
+        monkeypatch.setattr(procfs, "open", stat_says, raising=False)
         monkeypatch.setattr(usage.time, "sleep", lambda s: None)
         flags["value"] = 0x400040 | usage.PF_EXITING
         assert usage.held_usage({proc.pid}, owner=os.getuid(), devices=set(), seen={},

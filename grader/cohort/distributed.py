@@ -117,12 +117,12 @@ def release_core() -> None:
 def _start_time(pid: int) -> str | None:
     """The start time of process ``pid`` (``/proc/PID/stat`` field 22: with the pid, it names
     one process even after the pid is reused), or None when it has ended (or is a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+    from grader.isolation.sandbox import procfs
+
+    fields = procfs.process_stat(pid)
+    if fields is None or len(fields) <= procfs.START_TIME or fields[0] in procfs.ENDED_STATES:
         return None
-    return None if fields[0] in ("Z", "X") else fields[19]
+    return fields[procfs.START_TIME].decode()
 
 
 def worker_folder(root: str | None = None) -> str:

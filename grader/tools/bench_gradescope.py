@@ -37,6 +37,7 @@ from grader import _files as files
 from grader.cohort.gradescope import build_autograder, installed_torch_pins
 from grader import _environment as environment
 from grader.common.tables import markdown_table
+from grader.isolation.sandbox import confine
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -44,16 +45,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 def tree_rss(pid: int) -> int:
     """Bytes resident in ``pid`` and every process under it, summed (from ``/proc``)."""
     children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(name))
+    for child, (parent, _) in confine.process_table().items():
+        children.setdefault(parent, []).append(child)
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()

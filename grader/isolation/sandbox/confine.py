@@ -49,6 +49,7 @@ import struct
 import sys
 
 from grader import _environment as environment
+from grader.isolation.sandbox import procfs
 
 
 class Unavailable(OSError):
@@ -500,17 +501,10 @@ def own_user_namespace(tasks: int) -> None:
 def process_table() -> dict[int, tuple[int, str]]:
     """Every process now: pid -> (parent pid, state letter)."""
     table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: the fields after its last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        table[int(name)] = (int(fields[1]), fields[0].decode())
+    for pid in procfs.process_pids():
+        fields = procfs.process_stat(pid)
+        if fields is not None:
+            table[pid] = (int(fields[procfs.PARENT]), fields[procfs.STATE].decode())
     return table
 
 

@@ -14,6 +14,7 @@ import ctypes
 import errno as errnos
 import struct
 
+from grader.isolation.sandbox import procfs
 from grader.isolation.sandbox.confine import _libc, architecture, descendants, targeted_calls
 
 # ioctl numbers: _IOWR('!', 0, struct seccomp_notif) and _IOWR('!', 1, struct seccomp_notif_resp)
@@ -106,12 +107,8 @@ def _thread_group(pid: int) -> int:
 
 
 def _process_group(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return -1
-    return int(stat[stat.rfind(b")") + 2:].split()[2])
+    fields = procfs.process_stat(pid)
+    return -1 if fields is None else int(fields[procfs.PROCESS_GROUP])
 
 
 def _pidfd_target(caller: int, fd: int) -> int:

@@ -23,6 +23,8 @@ import os
 import stat
 import time
 
+from grader.isolation.sandbox import procfs
+
 POLL_S = 0.1          # how often the launcher measures (the disk between two measurements)
 MAPS_EVERY = 5        # mapped files are read every MAPS_EVERY-th measurement (their text is long)
 MAX_ENTRIES = 100_000  # files and folders a subject's folder may hold
@@ -268,24 +270,14 @@ def _ended(pid: int, tid: int | None = None) -> bool:
     """Has thread ``tid`` of ``pid`` (default: the process itself) ended, or is it ending (a
     zombie, dead, or past the point of no return in exit: ``PF_EXITING``)?"""
     task = "" if tid is None else f"/task/{tid}"
-    fields = _stat_fields(f"/proc/{pid}{task}/stat")
+    fields = procfs.stat_fields(f"/proc/{pid}{task}/stat")
     if fields is None:
         return True
     try:
-        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & PF_EXITING)
+        return fields[procfs.STATE] in procfs.ENDED_STATES \
+            or bool(int(fields[procfs.FLAGS]) & PF_EXITING)
     except (IndexError, ValueError):
         return False
-
-
-def _stat_fields(path: str) -> list[bytes] | None:
-    """The fields of a ``/proc/.../stat`` file after the command's name (state first), or None
-    where it cannot be read (the task has ended)."""
-    try:
-        with open(path, "rb") as fh:
-            line = fh.read()
-    except OSError:
-        return None
-    return line[line.rfind(b")") + 2:].split()
 
 
 # How long a measurement waits for the subject's threads to stop once told to. A thread running
@@ -351,7 +343,7 @@ def _all_stopped(pid: int) -> bool:
     except OSError:
         return True
     for tid in tids:
-        fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
+        fields = procfs.stat_fields(f"/proc/{pid}/task/{tid}/stat")
         if fields is None:
             continue
         if (fields[0][:1] if fields else b"") not in (b"T", b"t", b"Z", b"X"):

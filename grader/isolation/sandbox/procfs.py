@@ -1,0 +1,39 @@
+"""Reading a process's or a thread's ``/proc/.../stat`` line: the one parser of it.
+
+The command's name (field 2) is in parentheses and may itself hold spaces and parentheses, so the
+fields are read after its *last* ')'. Standard library only: the launcher imports it before it
+confines itself.
+"""
+from __future__ import annotations
+
+# Indexes into :func:`stat_fields`' list (proc(5)'s field number minus 3).
+STATE = 0          # R, S, D, T, t, Z, X, ...
+PARENT = 1         # ppid
+PROCESS_GROUP = 2  # pgrp
+FLAGS = 6          # the kernel's PF_* flags
+START_TIME = 19    # clock ticks after boot: with the pid, it names one process even after reuse
+
+ENDED_STATES = (b"Z", b"X")   # a zombie, or dead
+
+
+def stat_fields(path: str) -> list[bytes] | None:
+    """The fields of the ``/proc/.../stat`` file at ``path`` after the command's name (the state
+    first, :data:`STATE`), or None where it cannot be read (the task has ended)."""
+    try:
+        with open(path, "rb") as fh:
+            line = fh.read()
+    except OSError:
+        return None
+    return line[line.rfind(b")") + 2:].split()
+
+
+def process_stat(pid: int | str) -> list[bytes] | None:
+    """:func:`stat_fields` of process ``pid``."""
+    return stat_fields(f"/proc/{pid}/stat")
+
+
+def process_pids() -> list[int]:
+    """Every process id in ``/proc`` now."""
+    import os
+
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
