@@ -5,6 +5,7 @@ Problem set 2 is the cheapest to grade, so the cohort tests use it; the other se
 are checked by `make grade` itself (its exit status compares them with demo_expected.json).
 """
 import csv
+import glob
 import html
 import json
 import os
@@ -159,6 +160,10 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and sum(map(os.path.exists, markers)) < 2:
         time.sleep(0.5)
+    from grader.cohort.grade import run_folders_root
+
+    left = glob.glob(os.path.join(run_folders_root(), f"{proc.pid}-*"))
+    assert len(left) == 1 and os.listdir(left[0]), "the run keeps its folders in one of its own"
     os.killpg(proc.pid, signal.SIGKILL)  # like a power cut: no clean-up code runs
     proc.wait()
     finished = [m for m in markers if os.path.exists(m)]
@@ -167,6 +172,9 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
              for m in finished}
 
     run = grade(folder, [ASSIGNMENT], workers=2)   # what the kill left, two at a time
+    # The killed run's judges, subjects and grading copies were removed by this one.
+    assert not os.path.exists(left[0]), os.listdir(left[0])
+    assert not glob.glob(os.path.join(run_folders_root(), f"{os.getpid()}-*"))
     # No more judges than submissions left (each builds the references before grading one).
     assert len(run.judges) == min(2, len(cohort) - len(finished))
     by_student = {o.submission.student: o for o in run.outcomes}
@@ -360,7 +368,7 @@ def test_a_submission_takes_a_free_judge_never_one_in_use(monkeypatch):
 
     busy, used, lock = set(), [], threading.Lock()
 
-    def fake_run_attempt(sub, course, settings, *, isolation, judge, device):
+    def fake_run_attempt(sub, course, settings, *, isolation, judge, device, folder_in=None):
         with lock:
             assert judge not in busy, f"{judge} judged two submissions at once"
             busy.add(judge)

@@ -119,6 +119,14 @@ def test_the_folders_of_a_worker_that_ended_are_removed_by_the_next_one(tmp_path
         killed, running = [p.stdout.readline().strip() for p in workers]
         with open(os.path.join(killed, "judge-cache"), "w") as fh:
             fh.write("what a killed worker leaves")
+        # and a subject's folder chain deeper than the interpreter's stack (an attack of
+        # tests/test_platforms.py; shutil.rmtree raised RecursionError on it)
+        fd = os.open(killed, os.O_RDONLY)
+        for _ in range(1200):
+            os.mkdir("d", dir_fd=fd)
+            fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+            os.close(parent)
+        os.close(fd)
         workers[0].kill()
         workers[0].wait()
         assert os.path.isdir(killed)                         # nothing of it ran after SIGKILL

@@ -227,11 +227,12 @@ def worker_cores(workers: int, idle: int | None = None) -> list[frozenset[int] |
 
 
 def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: AttemptSettings, *,
-                   isolation: process.Isolation, judges: list, workers: int
-                   ) -> Iterator[tuple[Submission, str, Attempt]]:
+                   isolation: process.Isolation, judges: list, workers: int,
+                   folder_in: str | None = None) -> Iterator[tuple[Submission, str, Attempt]]:
     """The local executor: ``workers`` submissions at once in threads of this process, each
-    with its worker's judge and GPU. Yields (submission, digest, attempt) as each finishes;
-    interrupted (or closed early), it cancels the submissions not started."""
+    with its worker's judge and GPU, each grading copy in ``folder_in`` (default: the temporary
+    folder). Yields (submission, digest, attempt) as each finishes; interrupted (or closed
+    early), it cancels the submissions not started."""
     gpus = gpu_count()
     workers = max(1, workers)
     # A submission takes the judge of a worker that is free, not one picked in advance: a worker
@@ -245,7 +246,7 @@ def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: At
         try:
             return run_attempt(sub, course, settings, isolation=isolation,
                                judge=judges[slot % len(judges)] if judges else None,
-                               device=device_for(slot, gpus))
+                               device=device_for(slot, gpus), folder_in=folder_in)
         finally:
             free.put(slot)
 

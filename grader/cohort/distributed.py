@@ -58,7 +58,7 @@ from typing import Iterator
 
 from grader._paths import grader_fingerprint
 from grader import _files as files
-from grader.cohort import ray_address
+from grader.cohort import process_folders, ray_address
 from grader.cohort.attempt import Attempt, AttemptSettings, device_for, gpu_count, run_attempt
 from grader.cohort.collect import Submission
 from grader.isolation.sandbox.process import pack_folder, unpack_folder
@@ -114,57 +114,18 @@ def release_core() -> None:
         os.close(fd)
 
 
-def _start_time(pid: int) -> str | None:
-    """The start time of process ``pid`` (``/proc/PID/stat`` field 22: with the pid, it names
-    one process even after the pid is reused), or None when it has ended (or is a zombie)."""
-    from grader.isolation.sandbox import procfs
-
-    fields = procfs.process_stat(pid)
-    if fields is None or len(fields) <= procfs.START_TIME or fields[0] in procfs.ENDED_STATES:
-        return None
-    return fields[procfs.START_TIME].decode()
-
-
 def worker_folder(root: str | None = None) -> str:
     """This process's folder under ``root`` (default :data:`WORKER_FOLDERS`; made on first use,
     after removing those of processes that have ended): every temporary folder of a Ray worker
-    lies in it."""
-    root = root or WORKER_FOLDERS
-    own = os.path.join(root, f"{os.getpid()}-{_start_time(os.getpid())}")
-    if not os.path.isdir(own):
-        sweep_worker_folders(root)
-        os.makedirs(root, exist_ok=True)
-        try:
-            os.chmod(root, 0o1777)   # shared by the node's users, each removing only its own
-        except OSError:
-            pass
-        os.makedirs(own, exist_ok=True)
-    return own
+    lies in it (:mod:`grader.cohort.process_folders`)."""
+    return process_folders.own_folder(root or WORKER_FOLDERS, mode=0o755)
 
 
 def sweep_worker_folders(root: str | None = None, wait_s: float = 0.0) -> list[str]:
     """Remove the folders under ``root`` (default :data:`WORKER_FOLDERS`) of worker processes
     that have ended, after waiting up to ``wait_s`` seconds for those still running to end (the
     driver, as a local instance stops). Returns the folders removed."""
-    root = root or WORKER_FOLDERS
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    deadline = time.monotonic() + wait_s
-    removed = []
-    for name in names:
-        pid, _, start = name.partition("-")
-        if not pid.isdigit():
-            continue
-        while _start_time(int(pid)) == start and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _start_time(int(pid)) != start:
-            path = os.path.join(root, name)
-            shutil.rmtree(path, ignore_errors=True)
-            if not os.path.exists(path):
-                removed.append(path)
-    return removed
+    return process_folders.sweep(root or WORKER_FOLDERS, wait_s)
 
 
 def node_report() -> dict:

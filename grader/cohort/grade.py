@@ -48,7 +48,7 @@ import warnings
 
 from grader import _environment as environment
 from grader import _files as files
-from grader.cohort import assign
+from grader.cohort import assign, process_folders
 from grader.cohort.attempt import (AttemptSettings, default_workers, default_workers_rule,
                                    device_for, gpu_count, idle_cores, local_attempts,
                                    worker_cores)
@@ -78,6 +78,7 @@ class Run:
     judges: list = dataclasses.field(default_factory=list)    # one JudgeProcess per worker
     judge_dir: str = ""                                        # their logs and compiler cache
     subjects_dir: str = ""                                     # their temporary files
+    temporary_dir: str = ""         # the run's own folder: the two above, each grading copy
     references_seconds: float = 0.0   # building the references, once per run
     reference_s: dict = dataclasses.field(default_factory=dict)  # assignment -> BuiltReferences.reference_s
     ray: object = None       # the RayExecutor, once started
@@ -197,6 +198,11 @@ def prepare_gradebook(run: Run) -> None:
             gb.update_or_create_student(student)
 
 
+def run_folders_root() -> str:
+    """Where each ``make grade`` process keeps its temporary folders, one folder per process."""
+    return os.path.join(tempfile.gettempdir(), "course-grader-runs")
+
+
 def start_judges(run: Run) -> None:
     """One judge process per worker (:mod:`grader.isolation.judge.steps`: it never runs learner
     code, decides every point, and keeps each problem's baseline and reference compiled for every
@@ -223,13 +229,19 @@ def start_judges(run: Run) -> None:
         return
     if not todo:
         return
-    run.judge_dir = tempfile.mkdtemp(prefix="judges-")
+    # The run's temporary folders lie in one of its own, inside the process's (two runs of one
+    # process never share one), which the next run removes where this one was killed
+    # (grader/cohort/process_folders.py).
+    run.temporary_dir = tempfile.mkdtemp(
+        prefix="run-", dir=process_folders.own_folder(run_folders_root(), mode=0o711))
+    os.chmod(run.temporary_dir, 0o711)
+    run.judge_dir = tempfile.mkdtemp(prefix="judges-", dir=run.temporary_dir)
     cache = JudgeCache.of(run.course)
     # The judges' temporary files, the subjects' folders among them, in a folder of the run's
     # own, removed at the end whatever a judge left there (a judge killed mid-grading removes
     # nothing): other users may pass through it (a subject's user id reaches its own folder
     # inside) but not list it. The judges' own folder, with their compiler cache, stays closed.
-    run.subjects_dir = tempfile.mkdtemp(prefix="subjects-")
+    run.subjects_dir = tempfile.mkdtemp(prefix="subjects-", dir=run.temporary_dir)
     os.chmod(run.subjects_dir, 0o711)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache.folder, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache.folder, "triton"), TMPDIR=run.subjects_dir)
@@ -489,7 +501,8 @@ def autograde_all(run: Run) -> None:
         attempts = ray_attempts(_ray(run), run.course, todo, settings, run.built_references)
     else:
         attempts = local_attempts(todo, run.course, settings, isolation=run.isolation,
-                                  judges=run.judges, workers=len(run.judges) or 1)
+                                  judges=run.judges, workers=len(run.judges) or 1,
+                                  folder_in=run.temporary_dir or None)
     try:
         for sub, digest, attempt in attempts:
             attempt = autograde_attempt(run.course, sub, attempt)
@@ -653,12 +666,17 @@ def grade(course: str = ".", assignments: list[str] | None = None,
             judge.close()
         from grader.isolation.sandbox.usage import remove_tree
 
-        for folder in (run.judge_dir, run.subjects_dir):
+        for folder in (run.judge_dir, run.subjects_dir, run.temporary_dir):
             try:    # without recursion: a subject's folder may hold a chain of any depth
                 if folder:
                     remove_tree(folder)
             except OSError as exc:
                 run.log(f"could not remove {folder}: {exc}")
+        if run.temporary_dir:
+            try:    # the process's own folder, where no other run of this process uses it
+                os.rmdir(os.path.dirname(run.temporary_dir))
+            except OSError:
+                pass
         if run.ray is not None:  # disconnects; stops the local instance if this run started it
             run.ray.shutdown()
     return run
