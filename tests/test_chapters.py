@@ -561,3 +561,24 @@ def test_chapter10_ddp_fsdp_checkpointing_and_random_numbers(executed):
     recomputed = re.search(r"recomputed in the backward \(checkpoint each block\): (.*)", text).group(1)
     assert "var_mean" in recomputed and "addmm" in recomputed and "erf" not in recomputed
     assert "GPU-only: peak memory of a training step with activation checkpointing" in text
+
+
+def test_a_chapters_scratch_folder_goes_when_its_kernel_is_killed(tmp_path):
+    """A Jupyter kernel whose exit takes more than a few seconds is killed (chapters 8 and 9's
+    folders were left in /tmp after every run): the folder goes all the same."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, time; from grader.course import chapters; "
+            "print(chapters.scratch_dir('course-test-'), flush=True); time.sleep(60)")
+    kernel = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    folder = kernel.stdout.readline().strip()
+    open(os.path.join(folder, "trace.log"), "w").close()
+    kernel.kill()                       # SIGKILL: no atexit handler runs
+    kernel.wait()
+    deadline = time.monotonic() + 30
+    while os.path.exists(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert folder.startswith("/") and not os.path.exists(folder)

@@ -69,15 +69,30 @@ def cold_cache_dir(path: str) -> str | None:
     return None if SIZE == "ci" else path
 
 
+# Removes a folder once a process has ended, however it ended (argv: pid, folder).
+_REMOVE_WHEN_ENDED = """
+import os, select, shutil, sys, time
+pid, folder = int(sys.argv[1]), sys.argv[2]
+try:
+    select.select([os.pidfd_open(pid)], [], [])
+except (AttributeError, OSError):   # no pidfd (Linux before 5.3): look every second
+    while os.path.exists(f"/proc/{pid}"):
+        time.sleep(1)
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
 def scratch_dir(prefix: str = "course-", keep_hours: float = 6.0) -> str:
     """A new temporary folder for a chapter's logs, caches and reports.
 
-    It is deleted when the Python process exits normally (a Jupyter kernel that is shut down may
-    skip that), and folders with the same prefix left by earlier runs are deleted once they are
-    ``keep_hours`` old, so that runs do not pile up in the temporary folder."""
+    It is deleted when the Python process ends, however it ends: a Jupyter kernel that is shut
+    down is killed when its exit takes more than a few seconds (torch's own exit work comes
+    first), so a small process of its own waits for the kernel's end and deletes it; folders with
+    the same prefix left by earlier runs are deleted once they are ``keep_hours`` old."""
     import atexit
     import glob
     import shutil
+    import subprocess
     import tempfile
 
     for old in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")):
@@ -88,6 +103,12 @@ def scratch_dir(prefix: str = "course-", keep_hours: float = 6.0) -> str:
             pass
     path = tempfile.mkdtemp(prefix=prefix)
     atexit.register(shutil.rmtree, path, ignore_errors=True)
+    try:    # a session of its own: the kernel's process group is killed with the kernel
+        subprocess.Popen([sys.executable, "-c", _REMOVE_WHEN_ENDED, str(os.getpid()), path],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        pass
     return path
 
 
