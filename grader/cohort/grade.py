@@ -666,13 +666,11 @@ def grade(course: str = ".", assignments: list[str] | None = None,
             judge.close()
         from grader.isolation.sandbox.usage import remove_tree
 
-        for folder in (run.judge_dir, run.subjects_dir, run.temporary_dir):
+        if run.temporary_dir:   # the judges' and subjects' folders and the grading copies
             try:    # without recursion: a subject's folder may hold a chain of any depth
-                if folder:
-                    remove_tree(folder)
+                remove_tree(run.temporary_dir)
             except OSError as exc:
-                run.log(f"could not remove {folder}: {exc}")
-        if run.temporary_dir:
+                run.log(f"could not remove {run.temporary_dir}: {exc}")
             try:    # the process's own folder, where no other run of this process uses it
                 os.rmdir(os.path.dirname(run.temporary_dir))
             except OSError:

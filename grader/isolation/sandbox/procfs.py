@@ -6,6 +6,8 @@ confines itself.
 """
 from __future__ import annotations
 
+import os
+
 # Indexes into :func:`stat_fields`' list (proc(5)'s field number minus 3).
 STATE = 0          # R, S, D, T, t, Z, X, ...
 PARENT = 1         # ppid
@@ -34,6 +36,4 @@ def process_stat(pid: int | str) -> list[bytes] | None:
 
 def process_pids() -> list[int]:
     """Every process id in ``/proc`` now."""
-    import os
-
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]

@@ -346,7 +346,8 @@ def _all_stopped(pid: int) -> bool:
         fields = procfs.stat_fields(f"/proc/{pid}/task/{tid}/stat")
         if fields is None:
             continue
-        if (fields[0][:1] if fields else b"") not in (b"T", b"t", b"Z", b"X"):
+        if (fields[procfs.STATE][:1] if fields else b"") \
+                not in (b"T", b"t", *procfs.ENDED_STATES):
             return False
     return True
 
