@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -235,6 +236,33 @@ time.sleep(3)
 }
 
 
+# Not an attack: where the subject's tasks are counted with its user's (a pod), the process limit
+# is its program's alone; run() reads the launcher's as the program runs (launcher_nproc).
+ATTACKS["process_limits"] = r'''
+import resource, time
+print("program nproc", resource.getrlimit(resource.RLIMIT_NPROC)[0])
+time.sleep(1)
+'''
+
+
+def _launcher_nproc(launcher: int) -> int | None:
+    """The soft process limit of ``launcher`` once it has started its program (its limits are
+    final then); None if it never did within 60 s."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{launcher}/task/{launcher}/children") as fh:
+                started = bool(fh.read().split())
+            if started:
+                with open(f"/proc/{launcher}/limits") as fh:
+                    line = next(x for x in fh if x.startswith("Max processes"))
+                return int(line.split()[2])
+        except (OSError, ValueError, StopIteration):
+            return None
+        time.sleep(0.01)
+    return None
+
+
 # The same as "forks", started while 80 other processes of the grader's user run (another
 # submission's, say), which end a second later: where the process limit comes on top of what the
 # user runs when the subject starts, it would then hold 80 more than its own count; the
@@ -268,6 +296,7 @@ def run(name: str, folder: str) -> dict:
                             isolation=process.probe("kernel"),
                             limits=process.Limits(timeout_s=60, **LIMITS), env=env, home=home,
                             reply=False)
+    launcher_nproc = _launcher_nproc(running.proc.pid) if name == "process_limits" else None
     import threading
 
     reaper = threading.Thread(target=lambda: [os.waitpid(pid, 0) for pid in others])
@@ -287,7 +316,7 @@ def run(name: str, folder: str) -> dict:
             "returncode": finished.returncode, "exceeded": running.exceeded,
             "why": running.exceeded_why, "refused_calls": report.get("refused_calls", 0),
             "seconds": round(time.monotonic() - started, 1), "victim_state": state,
-            "home_left": os.path.exists(home)}
+            "home_left": os.path.exists(home), "launcher_nproc": launcher_nproc}
 
 
 def main() -> None:
@@ -295,6 +324,7 @@ def main() -> None:
     os.chmod(folder, 0o755)
     try:
         out = {"platform": {"uid": os.getuid(), "landlock_abi": confine.landlock_abi(),
+                            "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
                             "cgroup": cgroups.available() is not None,
                             "isolation": process.probe("kernel").describe()},
                "attacks": {name: run(name, folder) for name in sys.argv[1:]}}

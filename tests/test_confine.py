@@ -6,11 +6,13 @@ tests/test_attacks_escape.py.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import subprocess
 import sys
 import sysconfig
+import time
 
 import pytest
 
@@ -204,3 +206,36 @@ def test_every_reader_of_a_processs_stat_line_reads_past_a_name_with_parentheses
     assert procfs.process_stat(child.pid) is None and usage._ended(child.pid)
     assert process_folders.start_time(child.pid) is None
     assert supervise._process_group(child.pid) == -1
+
+
+def test_a_launcher_that_may_start_no_process_says_so_as_the_graders_failure():
+    """Where its user may start no more processes (``RLIMIT_NPROC`` reached: other subjects of a
+    pod's one user grew), the launcher tries again for a while, then reports why as a setup
+    error, which the judge files as the grader's failure; before, it died with a traceback that
+    read as the learner's crash."""
+    report_r, report_w = os.pipe()
+    control_r, control_w = os.pipe()
+    spec = {"report_fd": report_w, "control_fd": control_r, "layers": "none"}
+    python, env, who, uid = process.python_executable(), dict(os.environ), [], None
+    if os.geteuid() == 0:       # root's processes are exempt from RLIMIT_NPROC
+        python, extra = learner_python.for_other_users(process.grader_package_dir())
+        uid = process.take_uid()
+        env = {"PATH": "/usr/bin:/bin", **extra}
+        who = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    env["PYTHONPATH"] = os.path.dirname(process.grader_package_dir())
+    try:
+        proc = subprocess.Popen(
+            [*who, "prlimit", "--nproc=1", "--", python, "-m", "grader.isolation.sandbox.launcher",
+             json.dumps(spec), "--", "/bin/true"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=(report_w, control_r), env=env, cwd="/")
+        os.close(report_w)
+        os.close(control_r)
+        running = process.Running(proc, token="", uid=None, uid_base=None, reply_fd=None,
+                                  report_fd=report_r, control_fd=control_w,
+                                  started=time.monotonic())
+        assert proc.wait(timeout=60) == 126, bytes(running._output).decode(errors="replace")
+        assert running.setup_error.startswith(
+            "the launcher could not start the program: BlockingIOError"), running.setup_error
+    finally:
+        process.give_back_uid(uid)

@@ -25,6 +25,7 @@ import time
 
 import pytest
 
+import confined_attacks
 import fresh_machine
 from conftest import at_once
 
@@ -48,7 +49,7 @@ PLATFORMS = {
     "nobody-abi4": (dict(user=NOBODY), {"COURSE_LANDLOCK_ABI": "4"}, QUICK),
     "nobody-abi6": (dict(user=NOBODY), {"COURSE_LANDLOCK_ABI": "6"}, QUICK),
     "pod": (dict(user=NOBODY, mask_proc=True, seccomp="docker", hide_bwrap=False), {},
-            [*EVERY, "forks_beside_others"]),
+            [*EVERY, "forks_beside_others", "process_limits"]),
 }
 
 
@@ -400,3 +401,16 @@ def test_a_thread_on_its_way_out_holds_nothing_and_one_that_hides_its_files_is_o
     finally:
         proc.kill()
         proc.wait()
+
+
+@needs_root
+def test_a_process_limit_shared_with_the_user_is_the_programs_not_its_launchers(attacked):
+    """In a pod a subject's tasks are counted with its user's: the limit on top of what the user
+    runs is set in the launcher's child as the program starts. Put on the launcher itself, it
+    stopped the launcher's own fork whenever other processes of the user grew in between (CI,
+    2026-12-07: ``BlockingIOError`` in the launcher, reported as the learner's crash)."""
+    info, result = attacked["pod"]["platform"], attacked["pod"]["attacks"]["process_limits"]
+    program = int(next(line.split()[2] for line in _lines(result)
+                       if line.startswith("program nproc")))
+    assert result["launcher_nproc"] == info["nproc"], result
+    assert confined_attacks.LIMITS["processes"] < program < info["nproc"], (program, info)

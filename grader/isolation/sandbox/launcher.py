@@ -44,7 +44,7 @@ import socket
 import sys
 import time
 
-from grader.isolation.sandbox import confine, supervise, usage
+from grader.isolation.sandbox import confine, procfs, supervise, usage
 
 SWEEP_S = 10.0        # how long the launcher keeps killing what is below it
 OOM_SCORE_ADJ = 1000  # the child first in line when the machine runs out of memory
@@ -66,6 +66,8 @@ def _child(spec: dict, uid: int | None, program: list[str], error_w: int,
                     pass
         # A session of its own: no signal to its process group reaches the launcher.
         os.setsid()
+        if spec.get("shared_nproc"):
+            _share_process_limit(int(spec["shared_nproc"]))
         try:    # first in line when memory runs out (raising one's own score needs no right)
             with open("/proc/self/oom_score_adj", "w") as fh:
                 fh.write(str(OOM_SCORE_ADJ))
@@ -88,6 +90,19 @@ def _child(spec: dict, uid: int | None, program: list[str], error_w: int,
             os.write(error_w, f"{type(exc).__name__}: {exc}".encode()[:4000])
         finally:
             os._exit(126)
+
+
+def _share_process_limit(allowed: int) -> None:
+    """RLIMIT_NPROC where the subject's tasks are counted with the rest of its user's
+    (``task_accounting`` 'shared'): what the user runs as the program starts plus ``allowed``,
+    at most the hard limit this process has. The launcher's count holds the subject to
+    ``allowed`` itself (:class:`Watch`); this bounds a burst between two of its counts."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    wanted = procfs.tasks_of_user(os.getuid()) + allowed
+    value = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    resource.setrlimit(resource.RLIMIT_NPROC, (value, value))
 
 
 def _confine(spec: dict, uid: int | None, *, required: bool) -> int | None:
@@ -115,6 +130,19 @@ def _confine(spec: dict, uid: int | None, *, required: bool) -> int | None:
         confine.drop_to(uid)
     confine.die_with_parent()
     return attempt(confine.install_seccomp, confine.Policy(**spec.get("policy", {})))
+
+
+def _fork(wait_s: float = 5.0) -> int:
+    """``os.fork``, tried again for up to ``wait_s`` where the kernel says to (EAGAIN: this
+    user's or this machine's processes at their limit, which others may soon leave)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _reap(child: int) -> int | None:
@@ -256,7 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.update(asked=True))
     error_r, error_w = os.pipe2(os.O_CLOEXEC)
     listener_r, listener_w = socket.socketpair()
-    child = os.fork()
+    try:
+        child = _fork()
+    except OSError as exc:      # the grader's failure too: the user may start no more processes
+        _report(report_fd, {"status": None, "leftovers": [], "survivors": [], "uid": uid,
+                            "error": f"the launcher could not start the program: "
+                                     f"{type(exc).__name__}: {exc}", "stopped": False})
+        return 126
     if child == 0:
         os.close(error_r)
         listener_r.close()

@@ -49,7 +49,7 @@ import threading
 import time
 
 from grader import _environment as environment
-from grader.isolation.sandbox import cgroups, channel, confine, learner_python, usage
+from grader.isolation.sandbox import cgroups, channel, confine, learner_python, procfs, usage
 
 GIB = 1024 ** 3
 # The address-space limit of a process that runs learner code, on CPU, where nothing else says
@@ -437,7 +437,7 @@ def _nproc(limits: Limits, counting: str) -> int | None:
     if counting == "uid":
         return limits.task_limit()
     if counting == "shared":
-        return _tasks_of_user(os.getuid()) + limits.task_limit()
+        return procfs.tasks_of_user(os.getuid()) + limits.task_limit()
     return None
 
 
@@ -479,7 +479,7 @@ def limit_notes(limits: Limits = Limits(), device: str = "cpu") -> list[str]:
     """Where this process's own hard limits make a sandboxed child's lower than the grader asks
     for (each is used as it is, and said once at the start of a grading run)."""
     nproc = limits.task_limit() if switches_user() else \
-        _tasks_of_user(os.getuid()) + limits.task_limit()
+        procfs.tasks_of_user(os.getuid()) + limits.task_limit()
     wanted = {"nproc": nproc, "fsize": limits.file_bytes}
     if limits.memory_bytes and not device.startswith("cuda"):
         wanted["as"] = limits.memory_bytes
@@ -488,19 +488,6 @@ def limit_notes(limits: Limits = Limits(), device: str = "cpu") -> list[str]:
              "as": "address space (ulimit -v)"}
     return [f"{words[name]}: {got[name]} (this shell's hard limit), not the {value} the grader "
             f"asks for" for name, value in wanted.items() if got[name] < value]
-
-
-def _tasks_of_user(uid: int) -> int:
-    count = 0
-    for status in glob.glob("/proc/[0-9]*/status"):
-        try:
-            with open(status) as fh:
-                fields = dict(line.split(":", 1) for line in fh if ":" in line)
-            if int(fields["Uid"].split()[0]) == uid:
-                count += int(fields.get("Threads", "1"))
-        except (OSError, ValueError, KeyError):
-            continue
-    return count
 
 
 # ---------------------------------------------------------------------------------------------
@@ -886,6 +873,8 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
                 "nproc": limits.task_limit()
                 if counting == "userns" and isolation.sandboxed else None,
                 "tasks": limits.task_limit() if counting == "shared" else None,
+                # on top of what the user runs then: set in the launcher's child as it starts
+                "shared_nproc": limits.task_limit() if counting == "shared" else None,
                 "disk": None if isolation.sandboxed else {"folder": home,
                                                           "bytes": limits.disk_bytes,
                                                           "file_bytes": limits.file_bytes},
@@ -893,7 +882,9 @@ def start(argv: list[str], *, isolation: Isolation, limits: Limits = Limits(),
                 "keep_fds": [reply_w] if reply else [], "env": child_env}
         launcher = [python_executable(), "-m", "grader.isolation.sandbox.launcher",
                     json.dumps(spec), "--", *program, *(["--reply-fd", str(reply_w)] if reply else [])]
-        nproc = _nproc(limits, counting)
+        # A limit shared with the user's other processes is the child's alone: on the launcher
+        # it would stop its own fork once other subjects of the user grow meanwhile.
+        nproc = None if counting == "shared" else _nproc(limits, counting)
         if isolation.sandboxed:
             box = _bwrap(limits=limits, read_only=read_only, writable=writable, env=env,
                          cwd=None, device=device)
@@ -981,15 +972,11 @@ def _kill_user(uid: int | None) -> list[int]:
     if uid is None or uid < UID_BASE:
         return []
     killed = []
-    for path in glob.glob("/proc/[0-9]*/status"):
+    for pid in procfs.processes_of_user(uid):
         try:
-            with open(path) as fh:
-                real = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
-            if real == uid:
-                pid = int(path.split("/")[2])
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-        except (OSError, ValueError, StopIteration):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except OSError:
             continue
     return killed
 

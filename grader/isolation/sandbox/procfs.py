@@ -1,4 +1,5 @@
-"""Reading a process's or a thread's ``/proc/.../stat`` line: the one parser of it.
+"""Reading ``/proc``: a process's or a thread's ``stat`` line (the one parser of it), and the
+tasks a user runs.
 
 The command's name (field 2) is in parentheses and may itself hold spaces and parentheses, so the
 fields are read after its *last* ')'. Standard library only: the launcher imports it before it
@@ -37,3 +38,24 @@ def process_stat(pid: int | str) -> list[bytes] | None:
 def process_pids() -> list[int]:
     """Every process id in ``/proc`` now."""
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def processes_of_user(uid: int) -> dict[int, int]:
+    """Each process whose real user id is ``uid`` now, with how many threads it has (processes
+    ``/proc`` hides are not seen)."""
+    found = {}
+    for pid in process_pids():
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                found[pid] = int(fields.get("Threads", "1"))
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
+def tasks_of_user(uid: int) -> int:
+    """How many tasks (processes and threads) user ``uid`` runs now: what ``RLIMIT_NPROC`` is
+    checked against when one of its processes forks."""
+    return sum(processes_of_user(uid).values())
