@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -17,6 +18,7 @@ from grader.isolation.cells.source import Cell
 from grader.isolation.judge.judging import job_for
 from grader.isolation.judge.reference_cells import reference_cells
 from grader.isolation.judge.steps import Judge
+from grader.isolation.judge.subject_session import NextSubject, TimingGate
 from grader.isolation.sandbox import process
 from grader.problems import get_problem
 
@@ -166,3 +168,45 @@ def test_a_judge_process_starts_the_next_subject_only_with_two_cores_of_its_own(
         finally:
             judge.close()
         assert len(waiting) == (1 if len(cores) > 1 else 0), (cores, waiting)
+
+
+def _note(path, what: str) -> None:
+    with open(path, "a") as fh:       # appended whole, from the judge or its forked child
+        fh.write(what + "\n")
+
+
+def test_the_judge_times_only_once_the_next_subject_has_imported_and_checks_meanwhile(
+        judge, monkeypatch, tmp_path):
+    """The next subject's imports and the judge's untimed checks of this job's graph run at
+    once (the judge's child checks while the judge waits for that subject); what the child
+    times starts only after the subject has answered. Here the judge's wait for the subject
+    ends only once the child has come to its first timed check: before, the judge waited before
+    it started the child, which then could not come there, and the order below could not hold."""
+    order = tmp_path / "order"
+    ready, gate = NextSubject.ready, TimingGate.pass_through
+
+    def ready_once_the_child_waits(self):
+        answered = ready(self)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                order.exists() and "child at the gate" in order.read_text()):
+            time.sleep(0.05)
+        _note(order, "next subject ready")
+        return answered
+
+    def noted_gate(self):
+        _note(order, "child at the gate")
+        gate(self)
+        _note(order, "child times")
+
+    monkeypatch.setattr(NextSubject, "ready", ready_once_the_child_waits)
+    monkeypatch.setattr(TimingGate, "pass_through", noted_gate)
+    source = "\n".join(cell.source for cell in reference_cells(get_problem("ps2.q1"), ROOT))
+    job = job_for(["ps2.q1"], [Cell("cell 5", source)], course_root=ROOT, timeout_s=240,
+                  screen=False, sandbox=judge.sandbox)
+    reply = judge.grade(job)
+    result = reply.results["ps2.q1"]
+    assert result.status == "ok" and "speed" in result.checks, result
+    assert order.read_text().splitlines() == ["child at the gate", "next subject ready",
+                                              "child times"]
+    assert "next subject" in reply.phases

@@ -84,11 +84,12 @@ class JudgedCase:
 
 
 def decide(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
-            device: str, job: JudgeJob, lap) -> dict[str, CheckOutcome]:
+            device: str, job: JudgeJob, lap, before_timing=None) -> dict[str, CheckOutcome]:
     """Decide the wanted checks, each by its declaration (:mod:`grader.checks.declared`), in
     the declared order: a check whose requirement failed is not decided (it fails with the
     requirement's reason); the rebuilt graph is checked once, when the first check that
-    needs it comes."""
+    needs it comes. ``before_timing()``, where given, is called once before the first check
+    that times (the machine's other work done first: the next subject's imports)."""
     case = JudgedCase(problem, side, ev, device,
                 budget_s=float(job.budget_s or problem.budget_s))
     graph_validated = False
@@ -105,6 +106,10 @@ def decide(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str
         if Need.GRAPH in check.needs and not graph_validated:
             case.graph, graph_validated = graph_verdict(case), True
             lap("graph checks")
+        if Need.TIMINGS in check.needs and before_timing is not None:
+            before_timing()
+            before_timing = None
+            lap("next subject")
         outcome = check.decide(case)
         if outcome is not None:
             case.outcomes[check.name] = outcome

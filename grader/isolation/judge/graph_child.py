@@ -98,16 +98,19 @@ def address_space_bytes() -> int:
     raise OSError("no VmSize in /proc/self/status")
 
 
-def run_bounded(work=None, *, seconds: float, memory_bytes: int, setup=None) -> Bounded:
+def run_bounded(work=None, *, seconds: float, memory_bytes: int, setup=None,
+                meanwhile=None) -> Bounded:
     """``work()`` (returning JSON-able data) in a forked child whose address space may grow by
     ``memory_bytes`` at most, killed after ``seconds``; how it ended. ``setup()``, where given,
     runs first in the child, before its memory limit is set (the grader's own trusted work, such
     as building a reference side), and returns the ``work`` to run under it; ``seconds`` covers
-    both. A child that did not finish may have left a kernel half-written in Inductor's shared
+    both. ``meanwhile()``, where given, runs in this process once the child has started; the
+    time it takes is added to ``seconds`` (the child may be waiting for it: a
+    :class:`grader.isolation.judge.subject_session.TimingGate`). A child that did not finish may have left a kernel half-written in Inductor's shared
     cache (its compiler killed, or out of memory, mid-link): such files are removed
     (:func:`remove_broken_kernels`), or every later compile of that kernel would fail."""
     since = time.time()
-    bounded = _run_bounded(work, seconds, memory_bytes, setup)
+    bounded = _run_bounded(work, seconds, memory_bytes, setup, meanwhile)
     if bounded.kind != "done":
         remove_broken_kernels(since)
     return bounded
@@ -138,7 +141,7 @@ def remove_broken_kernels(since: float, folder: str | None = None) -> list[str]:
     return removed
 
 
-def _run_bounded(work, seconds: float, memory_bytes: int, setup) -> Bounded:
+def _run_bounded(work, seconds: float, memory_bytes: int, setup, meanwhile) -> Bounded:
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
     pid = os.fork()
@@ -150,8 +153,13 @@ def _run_bounded(work, seconds: float, memory_bytes: int, setup) -> Bounded:
         os.setpgid(pid, pid)   # its own group (the child sets it too): killed with whatever it started
     except OSError:
         pass
+    deadline = started + seconds
     try:
-        header, _ = channel.read_message(read_fd, channel.deadline_reader(started + seconds))
+        if meanwhile is not None:
+            waited_from = time.monotonic()
+            meanwhile()
+            deadline += time.monotonic() - waited_from
+        header, _ = channel.read_message(read_fd, channel.deadline_reader(deadline))
     except TimeoutError:
         _wait(pid)
         return Bounded("time", why=f"it ran past {seconds:.0f} s",

@@ -45,7 +45,8 @@ def in_the_zygotes_child(problem: Problem, device: str) -> bool:
 
 def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: ReferenceSide,
                       ev: Evidence, wanted: list[str], device: str, job: JudgeJob,
-                      phases: Phases, result: ProblemResult, limit: float) -> None:
+                      phases: Phases, result: ProblemResult, limit: float,
+                      gate=None) -> None:
     """:func:`grader.isolation.judge.deciding.decide` in a child of this process with its own memory
     and time limits (:mod:`grader.isolation.judge.graph_child`): the checks that compile and run the
     learner's graph. A graph past either limit scores no structural point, with the reason; the
@@ -55,11 +56,17 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
     side; a training problem's is forked from the judge's zygote (it could not run backward
     if forked from here) and builds the reference side again itself (:func:`training_worker`)
     from the evidence, sent to it as data. On a GPU every problem's child is spawned
-    (:mod:`grader.isolation.judge.spawned_child`) and does the same, its CUDA memory bounded."""
+    (:mod:`grader.isolation.judge.spawned_child`) and does the same, its CUDA memory bounded.
+
+    ``gate`` (a :class:`grader.isolation.judge.subject_session.TimingGate`, where the job times):
+    a child forked from this process checks the graph while this process waits for the next
+    subject's imports, and times only once they are done; any other child starts after them."""
     allowance = child_memory_bytes(side)
     where = "zygote" if in_the_zygotes_child(problem, device) else (
         "spawned" if spawned_child.spawns(device) else "judge")
     if where != "judge":
+        if gate is not None and gate.open():
+            phases.lap("next subject")
         header, blob = record.to_wire(ev)
         request = {"problem": problem.key, "problem_module": job.problem_module,
                    "device": device, "wanted": list(wanted), "judge_job": job_for_the_child(job),
@@ -72,9 +79,13 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
                               memory_bytes=allowance, device=device)
     else:
         def work() -> dict:
-            return decided(problem, side, ev, wanted, device, job)
+            if gate is not None:
+                gate.in_the_child()
+            return decided(problem, side, ev, wanted, device, job,
+                           before_timing=gate.pass_through if gate is not None else None)
 
-        bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance)
+        bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance,
+                                          meanwhile=gate.open if gate is not None else None)
     result.extra["graph_child"] = {"ended": bounded.kind, "seconds": round(bounded.seconds, 2),
                                    "limit_s": round(limit), "memory_bytes": allowance,
                                    "forked_from": where,
@@ -166,12 +177,13 @@ def child_memory_bytes(side: ReferenceSide) -> int:
 
 
 def decided(problem: Problem, side: ReferenceSide, ev: Evidence, wanted: list[str],
-            device: str, job: JudgeJob) -> dict:
+            device: str, job: JudgeJob, before_timing=None) -> dict:
     """:func:`grader.isolation.judge.deciding.decide`, in a child, as the data it sends back."""
     laps = Phases()
     with ti.inductor_config_patch(compile_threads=1), \
             graph_artifact.extra_operators(ev.operators):
-        checks = deciding.decide(problem, side, ev, wanted, device, job, laps.lap)
+        checks = deciding.decide(problem, side, ev, wanted, device, job, laps.lap,
+                                 before_timing)
     return {"checks": {name: c.to_dict() for name, c in checks.items()},
             "phases": laps.seconds}
 

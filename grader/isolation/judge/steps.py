@@ -80,7 +80,7 @@ from grader.isolation.judge.judge_job import BUILD_REFERENCES, JudgeJob, JudgeRe
 from grader.isolation.judge.reference_side import ReferenceSide
 from grader.isolation.cells.source import Cell
 from grader.isolation.judge.subject_session import (GraderFailed, NextSubject, SubjectGone,
-                                                    SubjectSession)
+                                                    SubjectSession, TimingGate)
 from grader.problems import Problem, get_problem, public_names
 
 
@@ -215,11 +215,22 @@ class Judge:
             lap("subject stop")
         for r in results.values():
             r.extra["sandbox"] = isolation.mode
-        # Where the judge times what follows, the next subject finishes its imports first.
-        if any(Need.TIMINGS in p.needs(wanted[k]) for k, p in problems.items()) \
-                and self.next_subject.ready():
-            lap("next subject")
-        # 4. Decide.
+        # Where the judge times what follows, the next subject finishes its imports first; a
+        # child forked from the judge checks the graph meanwhile, and waits only to time.
+        gate = TimingGate(self.next_subject) \
+            if any(Need.TIMINGS in p.needs(wanted[k]) for k, p in problems.items()) else None
+        try:
+            self._decide(problems, sides, evidence, results, wanted, device, job, phases, gate)
+        finally:
+            if gate is not None:
+                gate.close()
+        return self._finish(results, phases)
+
+    def _decide(self, problems, sides, evidence, results, wanted, device, job, phases,
+                gate) -> None:
+        """4. Decide each problem from its evidence (in a child where it compiles or runs the
+        learner's graph)."""
+        lap = phases.lap
         for key, problem in problems.items():
             ev, result = evidence[key], results[key]
             if ev.status != "ok":
@@ -237,8 +248,10 @@ class Judge:
                                          or spawned_child.spawns(device)):
                 with graph_artifact.extra_operators(ev.operators):
                     judge_child.decide_in_a_child(self.zygote, problem, sides[key], ev, wanted[key],
-                                                  device, job, phases, result, limit)
+                                                  device, job, phases, result, limit, gate)
                 continue
+            if gate is not None and gate.open():
+                lap("next subject")
             try:   # in this process (a planning question), under the time limit only
                 with judge_child.time_limit(limit), graph_artifact.extra_operators(ev.operators), \
                         torch.enable_grad():   # as it was, whatever the graph turned off
@@ -255,7 +268,6 @@ class Judge:
                 deciding.stop(result, Status.GRADER_ERROR,
                       deciding.GRADER_FAILED.format(what=f"{type(exc).__name__} in the judge"))
                 result.extra["traceback"] = traceback.format_exc()
-        return self._finish(results, phases)
 
     @staticmethod
     def _finish(results: dict[str, ProblemResult], phases: Phases) -> JudgeReply:

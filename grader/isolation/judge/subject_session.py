@@ -250,3 +250,44 @@ class NextSubject:
         if self.session is not None:
             self.session.stop()
         self.session = self.kind = None
+
+
+class TimingGate:
+    """What the judge times waits for the next subject's imports (:meth:`NextSubject.ready`);
+    what it checks without timing does not. A pipe: a child forked from the judge checks the
+    learner's graph while the judge waits for the next subject, and passes the gate
+    (:meth:`pass_through`) at its first timed check, once the judge has opened it
+    (:meth:`open`: the judge closes the pipe's writing end, the child holds none)."""
+
+    def __init__(self, next_subject: NextSubject) -> None:
+        self.next_subject = next_subject
+        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
+
+    def open(self) -> bool:
+        """(In the judge.) Wait until the next subject has done its imports, then open the
+        gate, once; whether it waited for one (``False``: none, or open already)."""
+        if self.write_fd is None:
+            return False
+        try:
+            return self.next_subject.ready()
+        finally:
+            os.close(self.write_fd)
+            self.write_fd = None
+
+    def in_the_child(self) -> None:
+        """(First in a child forked from the judge.) Hold no writing end of the pipe: the
+        gate then opens when the judge's closes."""
+        if self.write_fd is not None:
+            os.close(self.write_fd)
+            self.write_fd = None
+
+    def pass_through(self) -> None:
+        """(In that child.) Return once the gate is open."""
+        while os.read(self.read_fd, 1):
+            pass
+
+    def close(self) -> None:
+        """(In the judge, after the job's decisions.) Close the pipe: a job that timed nothing
+        waited for no one (the next job waits for its subject as it takes it)."""
+        self.in_the_child()
+        os.close(self.read_fd)
