@@ -12,7 +12,7 @@ import signal
 import subprocess
 import time
 
-from grader.isolation.judge import graph_child
+from grader.isolation.judge import graph_child, timing_gate
 
 
 def test_an_answer_comes_back_as_data():
@@ -103,6 +103,54 @@ def test_the_zygote_forks_a_bounded_child_per_request_and_is_reused():
         zygote.proc.wait()
         restarted = zygote.run({"c": 3}, b"", seconds=60, memory_bytes=256 * 1024 ** 2)
         assert restarted.kind == "done" and zygote.proc.pid != first, restarted
+    finally:
+        zygote.close()
+
+
+def gated_worker(request: dict, blob: bytes):
+    """Notes in ``request['log']`` when it comes to its gate and when it passes it."""
+    def note(what: str) -> None:
+        with open(request["log"], "a") as fh:
+            fh.write(what + "\n")
+
+    def work():
+        note("child at the gate")
+        wait = timing_gate.zygote_gate()
+        if wait is not None:
+            wait()
+        note("child times")
+        return wait is not None
+    return work
+
+
+def test_a_zygote_child_waits_at_its_gate_until_the_judge_has_done_meanwhile(tmp_path):
+    """A training problem's child (the zygote's) checks while the judge waits for the next
+    subject (``meanwhile``), and passes its gate to time only once the judge is done: the token
+    the judge then sends opens it, each request's its own. A request sent without
+    ``meanwhile`` has no gate."""
+    log = tmp_path / "order"
+    zygote = graph_child.Zygote(f"{__name__}:gated_worker")
+
+    def judge_waits():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                log.exists() and "child at the gate" in log.read_text()):
+            time.sleep(0.05)
+        time.sleep(0.5)     # had the child not waited, it would have timed by now
+        with open(log, "a") as fh:
+            fh.write("judge done\n")
+
+    try:
+        for _ in range(2):      # the second request: its own token, not the first one's
+            log.write_text("")
+            got = zygote.run({"log": str(log)}, b"", seconds=60, memory_bytes=256 * 1024 ** 2,
+                             meanwhile=judge_waits)
+            assert got.kind == "done" and got.value is True, got
+            assert log.read_text().splitlines() == ["child at the gate", "judge done",
+                                                    "child times"]
+        log.write_text("")
+        plain = zygote.run({"log": str(log)}, b"", seconds=60, memory_bytes=256 * 1024 ** 2)
+        assert plain.kind == "done" and plain.value is False, plain
     finally:
         zygote.close()
 

@@ -18,7 +18,8 @@ from grader.isolation.cells.source import Cell
 from grader.isolation.judge.judging import job_for
 from grader.isolation.judge.reference_cells import reference_cells
 from grader.isolation.judge.steps import Judge
-from grader.isolation.judge.subject_session import NextSubject, TimingGate
+from grader.isolation.judge.timing_gate import Gate
+from grader.isolation.judge.subject_session import NextSubject
 from grader.isolation.sandbox import process
 from grader.problems import get_problem
 
@@ -183,7 +184,7 @@ def test_the_judge_times_only_once_the_next_subject_has_imported_and_checks_mean
     ends only once the child has come to its first timed check: before, the judge waited before
     it started the child, which then could not come there, and the order below could not hold."""
     order = tmp_path / "order"
-    ready, gate = NextSubject.ready, TimingGate.pass_through
+    ready, gate = NextSubject.ready, Gate.pass_through
 
     def ready_once_the_child_waits(self):
         answered = ready(self)
@@ -200,7 +201,7 @@ def test_the_judge_times_only_once_the_next_subject_has_imported_and_checks_mean
         _note(order, "child times")
 
     monkeypatch.setattr(NextSubject, "ready", ready_once_the_child_waits)
-    monkeypatch.setattr(TimingGate, "pass_through", noted_gate)
+    monkeypatch.setattr(Gate, "pass_through", noted_gate)
     source = "\n".join(cell.source for cell in reference_cells(get_problem("ps2.q1"), ROOT))
     job = job_for(["ps2.q1"], [Cell("cell 5", source)], course_root=ROOT, timeout_s=240,
                   screen=False, sandbox=judge.sandbox)

@@ -40,6 +40,12 @@ Where each problem's checks run (docs/trust.md):
   child spawned for each decision (:mod:`grader.isolation.judge.spawned_child`), a fresh Python that
   builds the reference side again and rebuilds the evidence as a child of the zygote does, with
   a bound on its CUDA memory instead of an address-space limit.
+
+Why one module: the zygote's child is the judge's forked child once more — the
+zygote runs :func:`run_bounded` for each request and sends back its :class:`Bounded` ending as
+is — so the limits, the endings and the two ways of forking stay in one place. Each child's
+gate (it times only once the judge has waited for the next subject) is
+:mod:`grader.isolation.judge.timing_gate`.
 """
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ import traceback
 
 from grader.checks import _torch_internals as ti
 from grader.common.wire import ProtocolError
+from grader.isolation.judge import timing_gate
 from grader.isolation.sandbox import channel, confine
 
 # The variables the child keeps (a name, or a prefix ending in "_"): the compiler, its caches,
@@ -105,9 +112,10 @@ def run_bounded(work=None, *, seconds: float, memory_bytes: int, setup=None,
     runs first in the child, before its memory limit is set (the grader's own trusted work, such
     as building a reference side), and returns the ``work`` to run under it; ``seconds`` covers
     both. ``meanwhile()``, where given, runs in this process once the child has started; the
-    time it takes is added to ``seconds`` (the child may be waiting for it: a
-    :class:`grader.isolation.judge.subject_session.TimingGate`). A child that did not finish may have left a kernel half-written in Inductor's shared
-    cache (its compiler killed, or out of memory, mid-link): such files are removed
+    time it takes is added to ``seconds`` (the child may be waiting for it at a
+    :class:`grader.isolation.judge.timing_gate.Gate`).
+    A child that did not finish may have left a kernel half-written in Inductor's shared cache
+    (its compiler killed, or out of memory, mid-link): such files are removed
     (:func:`remove_broken_kernels`), or every later compile of that kernel would fail."""
     since = time.time()
     bounded = _run_bounded(work, seconds, memory_bytes, setup, meanwhile)
@@ -289,6 +297,8 @@ class Zygote:
         self.preload = preload
         self.proc = None
         self.reply_fd = None
+        self.gate_fd = None     # where the judge sends each request's token: its gate opens
+        self.sent = 0
 
     def start(self) -> None:
         """Start the zygote now, if it is not running (its imports then overlap other work)."""
@@ -302,25 +312,43 @@ class Zygote:
         # The zygote imports what this process imports (a test's problem set included).
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
         read_fd, write_fd = os.pipe()
+        gate_r, gate_w = os.pipe2(os.O_CLOEXEC)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "grader.isolation.judge.graph_child", "--zygote", self.entry,
                  *(["--preload", self.preload] if self.preload else []),
-                 "--reply-fd", str(write_fd)], stdin=subprocess.PIPE, pass_fds=(write_fd,),
-                env=env, start_new_session=True)
+                 "--reply-fd", str(write_fd), "--gate-fd", str(gate_r)], stdin=subprocess.PIPE,
+                pass_fds=(write_fd, gate_r), env=env, start_new_session=True)
+        except BaseException:
+            os.close(read_fd)
+            os.close(gate_w)
+            raise
         finally:
             os.close(write_fd)
-        self.reply_fd = read_fd
+            os.close(gate_r)
+        self.reply_fd, self.gate_fd = read_fd, gate_w
 
-    def run(self, request: dict, blob: bytes, *, seconds: float, memory_bytes: int) -> Bounded:
+    def run(self, request: dict, blob: bytes, *, seconds: float, memory_bytes: int,
+            meanwhile=None) -> Bounded:
         """``request`` (and ``blob``) handled in a child of the zygote with ``seconds`` and
-        ``memory_bytes`` as :func:`run_bounded` gives them; how it ended."""
+        ``memory_bytes`` as :func:`run_bounded` gives them; how it ended. ``meanwhile()``, where
+        given, runs here once the request is sent, and the child waits for it at its gate
+        (:func:`grader.isolation.judge.timing_gate.zygote_gate`); the time it takes is added to
+        ``seconds``."""
         started = time.monotonic()
         self.start()
+        self.sent += 1
+        token = self.sent if meanwhile is not None else None
         try:
             self.proc.stdin.write(channel.encode_message(
-                {"seconds": seconds, "memory_bytes": memory_bytes, "request": request}, blob))
+                {"seconds": seconds, "memory_bytes": memory_bytes, "request": request,
+                 "gate": token}, blob))
             self.proc.stdin.flush()
+            if meanwhile is not None:
+                try:
+                    meanwhile()
+                finally:
+                    os.write(self.gate_fd, token.to_bytes(8, "little"))
             reply, _ = channel.read_message(self.reply_fd, channel.deadline_reader(
                 time.monotonic() + seconds + ZYGOTE_MARGIN_S))
         except (TimeoutError, EOFError, OSError, ProtocolError, ValueError) as exc:
@@ -350,9 +378,10 @@ class Zygote:
                 except OSError:
                     pass
             self.proc = None
-        if self.reply_fd is not None:
-            os.close(self.reply_fd)
-            self.reply_fd = None
+        for fd in (self.reply_fd, self.gate_fd):
+            if fd is not None:
+                os.close(fd)
+        self.reply_fd = self.gate_fd = None
 
 
 def _function(name: str):
@@ -362,9 +391,12 @@ def _function(name: str):
     return getattr(importlib.import_module(module_name), function_name)
 
 
-def _zygote(entry: str, reply_fd: int, preload: str | None = None) -> int:
+def _zygote(entry: str, reply_fd: int, preload: str | None = None,
+            gate_fd: int | None = None) -> int:
     """The zygote's loop: one request from stdin at a time, each handled in a forked child, one
-    answer each on ``reply_fd``, until stdin closes."""
+    answer each on ``reply_fd``, until stdin closes. A request with a gate token has its child
+    wait at a :class:`grader.isolation.judge.timing_gate.Gate` the zygote opens once the judge
+    sends that token on ``gate_fd``."""
     try:
         confine.die_with_parent()
     except confine.Unavailable:
@@ -378,9 +410,24 @@ def _zygote(entry: str, reply_fd: int, preload: str | None = None) -> int:
             message, blob = channel.read_message(0)
         except EOFError:
             return 0
-        bounded = run_bounded(setup=lambda: handler(message["request"], blob),
-                              seconds=float(message["seconds"]),
-                              memory_bytes=int(message["memory_bytes"]))
+        token = message.get("gate")
+        gate = timing_gate.zygote_gate_now = \
+            timing_gate.Gate() if isinstance(token, int) and gate_fd is not None else None
+
+        def setup():
+            if gate is not None:
+                gate.in_the_child()
+            return handler(message["request"], blob)
+
+        try:
+            bounded = run_bounded(setup=setup, seconds=float(message["seconds"]),
+                                  memory_bytes=int(message["memory_bytes"]),
+                                  meanwhile=None if gate is None else
+                                  lambda: timing_gate.await_token(gate_fd, token, gate))
+        finally:
+            if gate is not None:
+                gate.close()
+            timing_gate.zygote_gate_now = None
         channel.write_message(reply_fd, json.loads(json.dumps(dataclasses.asdict(bounded),
                                                               default=str)))
 
@@ -394,8 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", metavar="MODULE:FUNCTION",
                         help="run once in the zygote before its first request")
     parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--gate-fd", type=int,
+                        help="where the judge sends the tokens that open its requests' gates")
     args = parser.parse_args(argv)
-    return _zygote(args.zygote, args.reply_fd, args.preload)
+    return _zygote(args.zygote, args.reply_fd, args.preload, args.gate_fd)
 
 
 if __name__ == "__main__":

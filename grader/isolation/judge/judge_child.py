@@ -22,7 +22,7 @@ from grader.checks import graph_artifact
 from grader.checks.declared.correctness import CHECK as CORRECTNESS
 from grader.checks.results import CheckOutcome, Need, ProblemResult, Status
 from grader.common.phases import Phases
-from grader.isolation.judge import deciding, graph_child, spawned_child
+from grader.isolation.judge import deciding, graph_child, spawned_child, timing_gate
 from grader.isolation.judge.evidence import record
 from grader.isolation.judge.evidence.record import Evidence
 from grader.isolation.judge.judge_job import JudgeJob
@@ -58,14 +58,15 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
     from the evidence, sent to it as data. On a GPU every problem's child is spawned
     (:mod:`grader.isolation.judge.spawned_child`) and does the same, its CUDA memory bounded.
 
-    ``gate`` (a :class:`grader.isolation.judge.subject_session.TimingGate`, where the job times):
-    a child forked from this process checks the graph while this process waits for the next
-    subject's imports, and times only once they are done; any other child starts after them."""
+    ``gate`` (a :class:`grader.isolation.judge.timing_gate.Gate` that waits for the next
+    subject's imports, where the job times): the child, forked from this process or from the
+    zygote, checks the graph meanwhile and times only once the gate is open; a spawned child
+    starts after it."""
     allowance = child_memory_bytes(side)
     where = "zygote" if in_the_zygotes_child(problem, device) else (
         "spawned" if spawned_child.spawns(device) else "judge")
     if where != "judge":
-        if gate is not None and gate.open():
+        if gate is not None and where == "spawned" and gate.open():
             phases.lap("next subject")
         header, blob = record.to_wire(ev)
         request = {"problem": problem.key, "problem_module": job.problem_module,
@@ -73,7 +74,8 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
                    "reference_cells": [c.to_dict() for c in
                                        job.reference_cells.get(problem.key, ())],
                    "evidence": header}
-        bounded = zygote.run(request, blob, seconds=limit, memory_bytes=allowance) \
+        bounded = zygote.run(request, blob, seconds=limit, memory_bytes=allowance,
+                             meanwhile=gate.open if gate is not None else None) \
             if where == "zygote" else \
             spawned_child.run(TRAINING_WORKER, request, blob, seconds=limit,
                               memory_bytes=allowance, device=device)
@@ -209,7 +211,8 @@ def training_worker(request: dict, blob: bytes):
                                timed=Need.TIMINGS in problem.needs(request["wanted"]))
     ev = record.from_wire(problem, request["evidence"], blob)
     return lambda: decided(problem, side, ev, request["wanted"], device,
-                           JudgeJob.from_dict(request["judge_job"]))
+                           JudgeJob.from_dict(request["judge_job"]),
+                           before_timing=timing_gate.zygote_gate())
 
 
 def checks_from_child(value, wanted: list[str]) -> dict[str, CheckOutcome] | None:

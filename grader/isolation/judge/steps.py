@@ -72,7 +72,7 @@ from grader.checks.jobs import JobFigures
 from grader.checks.results import Need, ProblemResult, Status
 from grader.common.phases import Phases
 from grader.isolation.sandbox import channel, process
-from grader.isolation.judge import deciding, graph_child, judge_child, spawned_child
+from grader.isolation.judge import deciding, graph_child, judge_child, spawned_child, timing_gate
 from grader.isolation.cells import screen
 from grader.isolation.judge.evidence.gather import gather
 from grader.isolation.judge.evidence.record import Evidence
@@ -80,7 +80,7 @@ from grader.isolation.judge.judge_job import BUILD_REFERENCES, JudgeJob, JudgeRe
 from grader.isolation.judge.reference_side import ReferenceSide
 from grader.isolation.cells.source import Cell
 from grader.isolation.judge.subject_session import (GraderFailed, NextSubject, SubjectGone,
-                                                    SubjectSession, TimingGate)
+                                                    SubjectSession)
 from grader.problems import Problem, get_problem, public_names
 
 
@@ -217,7 +217,7 @@ class Judge:
             r.extra["sandbox"] = isolation.mode
         # Where the judge times what follows, the next subject finishes its imports first; a
         # child forked from the judge checks the graph meanwhile, and waits only to time.
-        gate = TimingGate(self.next_subject) \
+        gate = timing_gate.Gate(self.next_subject.ready) \
             if any(Need.TIMINGS in p.needs(wanted[k]) for k, p in problems.items()) else None
         try:
             self._decide(problems, sides, evidence, results, wanted, device, job, phases, gate)
