@@ -256,7 +256,8 @@ def _launcher_nproc(launcher: int) -> int | None:
             if started:
                 with open(f"/proc/{launcher}/limits") as fh:
                     line = next(x for x in fh if x.startswith("Max processes"))
-                return int(line.split()[2])
+                soft = line.split()[2]
+                return -1 if soft == "unlimited" else int(soft)   # as resource says it
         except (OSError, ValueError, StopIteration):
             return None
         time.sleep(0.01)

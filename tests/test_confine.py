@@ -224,13 +224,15 @@ def test_a_launcher_that_may_start_no_process_says_so_as_the_graders_failure():
         who = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     env["PYTHONPATH"] = os.path.dirname(process.grader_package_dir())
     try:
-        proc = subprocess.Popen(
-            [*who, "prlimit", "--nproc=1", "--", python, "-m", "grader.isolation.sandbox.launcher",
-             json.dumps(spec), "--", "/bin/true"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            pass_fds=(report_w, control_r), env=env, cwd="/")
-        os.close(report_w)
-        os.close(control_r)
+        try:
+            proc = subprocess.Popen(
+                [*who, "prlimit", "--nproc=1", "--", python, "-m",
+                 "grader.isolation.sandbox.launcher", json.dumps(spec), "--", "/bin/true"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                pass_fds=(report_w, control_r), env=env, cwd="/")
+        finally:    # the launcher's ends: this process keeps the others
+            os.close(report_w)
+            os.close(control_r)
         running = process.Running(proc, token="", uid=None, uid_base=None, reply_fd=None,
                                   report_fd=report_r, control_fd=control_w,
                                   started=time.monotonic())
@@ -238,4 +240,6 @@ def test_a_launcher_that_may_start_no_process_says_so_as_the_graders_failure():
         assert running.setup_error.startswith(
             "the launcher could not start the program: BlockingIOError"), running.setup_error
     finally:
+        os.close(report_r)
+        os.close(control_w)
         process.give_back_uid(uid)

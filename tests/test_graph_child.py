@@ -126,8 +126,8 @@ def gated_worker(request: dict, blob: bytes):
 def test_a_zygote_child_waits_at_its_gate_until_the_judge_has_done_meanwhile(tmp_path):
     """A training problem's child (the zygote's) checks while the judge waits for the next
     subject (``meanwhile``), and passes its gate to time only once the judge is done: the token
-    the judge then sends opens it, each request's its own. A request sent without
-    ``meanwhile`` has no gate."""
+    the judge then sends opens it, each request's its own (one left over from an earlier
+    request opens none). A request sent without ``meanwhile`` has no gate."""
     log = tmp_path / "order"
     zygote = graph_child.Zygote(f"{__name__}:gated_worker")
 
@@ -141,6 +141,8 @@ def test_a_zygote_child_waits_at_its_gate_until_the_judge_has_done_meanwhile(tmp
             fh.write("judge done\n")
 
     try:
+        zygote.start()
+        timing_gate.send_token(zygote.gate_fd, 0)   # an earlier request's, left over: no opener
         for _ in range(2):      # the second request: its own token, not the first one's
             log.write_text("")
             got = zygote.run({"log": str(log)}, b"", seconds=60, memory_bytes=256 * 1024 ** 2,
@@ -178,3 +180,36 @@ def test_a_kernel_half_written_by_a_killed_child_is_removed_from_inductors_cache
     assert got.kind == "time", got
     left = sorted(p.name for p in (tmp_path / "ab").iterdir())
     assert left == ["older.main.so", "whole.main.so"], left
+
+
+def test_the_time_a_child_waits_at_its_gate_is_not_counted_in_its_limit_and_only_that():
+    """A child that waits at its gate while the judge waits (``meanwhile``) is not charged for
+    the wait; a child that works on meanwhile, never waiting, is charged for all of it (its
+    limit is not stretched by the judge's wait)."""
+    def opened_late():
+        time.sleep(2.5)
+        return True
+
+    def waits_then_works():
+        gate.in_the_child()
+        gate.pass_through()
+        time.sleep(0.5)
+        return "done"
+
+    gate = timing_gate.Gate(opened_late)
+    try:    # 3 s in all, 2.5 of them held: within 2 s
+        waited = graph_child.run_bounded(waits_then_works, seconds=2.0,
+                                         memory_bytes=64 * 1024 ** 2,
+                                         meanwhile=gate.open_for_child)
+    finally:
+        gate.close()
+    assert waited.kind == "done" and waited.value == "done", waited
+
+    gate = timing_gate.Gate(opened_late)
+    try:    # 3.5 s of work, none held: past 2 s (the judge's 2.5 s of waiting not added)
+        busy = graph_child.run_bounded(lambda: time.sleep(3.5), seconds=2.0,
+                                       memory_bytes=64 * 1024 ** 2,
+                                       meanwhile=gate.open_for_child)
+    finally:
+        gate.close()
+    assert busy.kind == "time", busy

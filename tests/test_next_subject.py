@@ -192,6 +192,7 @@ def test_the_judge_times_only_once_the_next_subject_has_imported_and_checks_mean
         while time.monotonic() < deadline and not (
                 order.exists() and "child at the gate" in order.read_text()):
             time.sleep(0.05)
+        time.sleep(0.5)     # had the child not waited, it would have timed by now
         _note(order, "next subject ready")
         return answered
 

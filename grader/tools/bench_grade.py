@@ -102,7 +102,7 @@ PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process t
               "learner's code (about 0 where the judge started it during the job before); next "
               "subject = waiting, before the judge times anything, until the next job's subject "
               "(started beside this one where the judge has two cores of its own) has done its "
-              "imports (the untimed graph checks of an inference problem run meanwhile); learner cells = running them (definitions: the models are built "
+              "imports (the judge's untimed graph checks run meanwhile); learner cells = running them (definitions: the models are built "
               "by the requests that follow); subject's answers = its outputs on the judge's "
               "inputs, the graph it captured, the problem's calls as used and their compile "
               "count, a custom operator's registration, a planning rule's answers, and stopping "

@@ -111,9 +111,9 @@ def run_bounded(work=None, *, seconds: float, memory_bytes: int, setup=None,
     ``memory_bytes`` at most, killed after ``seconds``; how it ended. ``setup()``, where given,
     runs first in the child, before its memory limit is set (the grader's own trusted work, such
     as building a reference side), and returns the ``work`` to run under it; ``seconds`` covers
-    both. ``meanwhile()``, where given, runs in this process once the child has started; the
-    time it takes is added to ``seconds`` (the child may be waiting for it at a
-    :class:`grader.isolation.judge.timing_gate.Gate`).
+    both. ``meanwhile()``, where given, runs in this process once the child has started and
+    returns the seconds the child spent waiting for it (at a
+    :class:`grader.isolation.judge.timing_gate.Gate`), which ``seconds`` does not count.
     A child that did not finish may have left a kernel half-written in Inductor's shared cache
     (its compiler killed, or out of memory, mid-link): such files are removed
     (:func:`remove_broken_kernels`), or every later compile of that kernel would fail."""
@@ -162,11 +162,14 @@ def _run_bounded(work, seconds: float, memory_bytes: int, setup, meanwhile) -> B
     except OSError:
         pass
     deadline = started + seconds
+    if meanwhile is not None:
+        try:    # the parent's own work: its failure is not the child's
+            deadline += max(0.0, float(meanwhile()))
+        except BaseException:
+            _wait(pid)
+            os.close(read_fd)
+            raise
     try:
-        if meanwhile is not None:
-            waited_from = time.monotonic()
-            meanwhile()
-            deadline += time.monotonic() - waited_from
         header, _ = channel.read_message(read_fd, channel.deadline_reader(deadline))
     except TimeoutError:
         _wait(pid)
@@ -333,7 +336,8 @@ class Zygote:
         """``request`` (and ``blob``) handled in a child of the zygote with ``seconds`` and
         ``memory_bytes`` as :func:`run_bounded` gives them; how it ended. ``meanwhile()``, where
         given, runs here once the request is sent, and the child waits for it at its gate
-        (:func:`grader.isolation.judge.timing_gate.zygote_gate`); the time it takes is added to
+        (:func:`grader.isolation.judge.timing_gate.zygote_gate`), which the zygote opens when
+        this process sends the request's token; the time it waited is not counted in
         ``seconds``."""
         started = time.monotonic()
         self.start()
@@ -348,7 +352,7 @@ class Zygote:
                 try:
                     meanwhile()
                 finally:
-                    os.write(self.gate_fd, token.to_bytes(8, "little"))
+                    timing_gate.send_token(self.gate_fd, token)
             reply, _ = channel.read_message(self.reply_fd, channel.deadline_reader(
                 time.monotonic() + seconds + ZYGOTE_MARGIN_S))
         except (TimeoutError, EOFError, OSError, ProtocolError, ValueError) as exc:
@@ -357,6 +361,9 @@ class Zygote:
             return Bounded("failed", why=f"the grader's zygote process did not answer "
                                          f"({type(exc).__name__})",
                            seconds=time.monotonic() - started)
+        except BaseException:   # meanwhile's own: its answer, unread, is for no later request
+            self.close()
+            raise
         if reply.get("kind") not in ENDINGS or not isinstance(reply.get("why", ""), str) \
                 or not isinstance(reply.get("seconds", 0.0), (int, float)):
             return Bounded("failed", why="the grader's zygote process answered nonsense",

@@ -87,7 +87,8 @@ def decide_in_a_child(zygote: graph_child.Zygote, problem: Problem, side: Refere
                            before_timing=gate.pass_through if gate is not None else None)
 
         bounded = graph_child.run_bounded(work, seconds=limit, memory_bytes=allowance,
-                                          meanwhile=gate.open if gate is not None else None)
+                                          meanwhile=gate.open_for_child if gate is not None
+                                          else None)
     result.extra["graph_child"] = {"ended": bounded.kind, "seconds": round(bounded.seconds, 2),
                                    "limit_s": round(limit), "memory_bytes": allowance,
                                    "forked_from": where,

@@ -250,4 +250,3 @@ class NextSubject:
         if self.session is not None:
             self.session.stop()
         self.session = self.kind = None
-

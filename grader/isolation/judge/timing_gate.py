@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import select
+import struct
 import time
 
 
@@ -21,11 +22,15 @@ class Gate:
     untimed checks of a learner's graph while the next subject imports torch
     (``before_open``: :meth:`grader.isolation.judge.subject_session.NextSubject.ready`), its
     timing only after. A pipe: :meth:`open` closes its writing end, the child holds none
-    (:meth:`in_the_child`), so the child's read ends."""
+    (:meth:`in_the_child`), so the child's read ends. The child also says when it came to the
+    gate (a second pipe: the monotonic clock is one for every process), so that its time limit
+    leaves out only what it spent waiting there (:meth:`held_s`)."""
 
     def __init__(self, before_open=None) -> None:
         self.before_open = before_open
+        self.opened_at: float | None = None
         self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
+        self.arrived_r, self.arrived_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     def open(self) -> bool:
         """(In this process.) ``before_open()``, then open the gate, once; what
@@ -37,6 +42,27 @@ class Gate:
         finally:
             os.close(self.write_fd)
             self.write_fd = None
+            self.opened_at = time.monotonic()
+
+    def open_for_child(self) -> float:
+        """(In this process, while a child forked since the gate was made runs: ``run_bounded``'s
+        ``meanwhile``.) :meth:`open`, then :meth:`held_s`."""
+        self.open()
+        return self.held_s()
+
+    def held_s(self) -> float:
+        """How long a child waited at the gate before it opened (0 where none came to it
+        before, or it is not open yet)."""
+        held = 0.0
+        while self.opened_at is not None:
+            try:
+                data = os.read(self.arrived_r, 8)
+            except BlockingIOError:
+                break
+            if len(data) < 8:
+                break
+            held = max(held, self.opened_at - struct.unpack("d", data)[0])
+        return held
 
     def in_the_child(self) -> None:
         """(First in the forked child.) Hold no writing end: the gate opens when this
@@ -46,14 +72,19 @@ class Gate:
             self.write_fd = None
 
     def pass_through(self) -> None:
-        """(In the child.) Return once the gate is open."""
+        """(In the child.) Say when it came, then return once the gate is open."""
+        try:
+            os.write(self.arrived_w, struct.pack("d", time.monotonic()))
+        except OSError:     # (not said: its limit then counts the wait, as before the gate)
+            pass
         while os.read(self.read_fd, 1):
             pass
 
     def close(self) -> None:
-        """(In this process, once no child waits.) Close the pipe, without ``before_open``."""
+        """(In this process, once no child waits.) Close the pipes, without ``before_open``."""
         self.in_the_child()
-        os.close(self.read_fd)
+        for fd in (self.read_fd, self.arrived_r, self.arrived_w):
+            os.close(fd)
 
 
 # In the zygote and its child: the gate of the request at hand (:func:`zygote_gate`).
@@ -68,9 +99,15 @@ def zygote_gate():
     return zygote_gate_now.pass_through if zygote_gate_now is not None else None
 
 
-def await_token(gate_fd: int, token: int, gate: Gate) -> None:
-    """(In the zygote.) Open ``gate`` once the judge has sent ``token`` on ``gate_fd`` (tokens of
-    earlier requests, sent after their child had ended, are passed over)."""
+def send_token(gate_fd: int, token: int) -> None:
+    """(In the judge.) Open the gate of the zygote's request ``token``."""
+    os.write(gate_fd, token.to_bytes(8, "little"))
+
+
+def await_token(gate_fd: int, token: int, gate: Gate) -> float:
+    """(In the zygote: ``run_bounded``'s ``meanwhile``.) Open ``gate`` once the judge has sent
+    ``token`` on ``gate_fd`` (tokens of earlier requests are passed over); how long the child
+    waited at it (:meth:`Gate.held_s`)."""
     deadline = time.monotonic() + GATE_WAIT_S
     try:
         while time.monotonic() < deadline:
@@ -81,3 +118,4 @@ def await_token(gate_fd: int, token: int, gate: Gate) -> None:
                 break
     finally:
         gate.open()
+    return gate.held_s()
