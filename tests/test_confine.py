@@ -180,8 +180,9 @@ def test_the_python_for_other_users_runs_as_another_user_and_imports_torch():
 
 def test_every_reader_of_a_processs_stat_line_reads_past_a_name_with_parentheses(tmp_path):
     """A learner can name its process anything, ``) R 1`` included: the process table, the
-    supervisor's process group, a grading process's start time and a tree's memory all read the fields
-    after the name's last ')' (grader/isolation/sandbox/procfs.py), never a field of the name."""
+    supervisor's process group, a grading process's start time and a tree's memory all read the
+    fields after the name's last ')' (grader/isolation/sandbox/procfs.py), never a field of the
+    name."""
     from grader.cohort import process_folders
     from grader.isolation.sandbox import procfs, supervise, usage
     from grader.tools import bench_gradescope
