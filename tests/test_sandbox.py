@@ -142,6 +142,27 @@ def test_without_bubblewrap_a_fork_bomb_is_stopped_by_the_process_limit_too(fold
     assert running.survivors == []
 
 
+def test_a_users_tasks_are_its_processes_threads_and_the_shared_limit_is_on_top_of_them():
+    """What RLIMIT_NPROC counts: each thread is a task. The limit a subject gets where its tasks
+    are counted with its user's (a pod) is what the user runs plus the allowance."""
+    import threading
+
+    from grader.isolation.sandbox import procfs
+
+    before = procfs.processes_of_user(os.getuid())[os.getpid()]
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        assert procfs.processes_of_user(os.getuid())[os.getpid()] == before + 3
+        assert procfs.shared_task_limit(7) >= before + 3 + 7
+    finally:
+        release.set()
+        for t in threads:
+            t.join()
+
+
 def test_a_timeout_kills_the_whole_sandbox():
     out = _finished([process.python_executable(), "-c", "import time\ntime.sleep(30)\n"],
                     process.Limits(timeout_s=2))

@@ -100,7 +100,7 @@ def _share_process_limit(allowed: int) -> None:
     import resource
 
     hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    wanted = procfs.tasks_of_user(os.getuid()) + allowed
+    wanted = procfs.shared_task_limit(allowed)
     value = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     resource.setrlimit(resource.RLIMIT_NPROC, (value, value))
 

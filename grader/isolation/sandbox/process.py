@@ -437,7 +437,7 @@ def _nproc(limits: Limits, counting: str) -> int | None:
     if counting == "uid":
         return limits.task_limit()
     if counting == "shared":
-        return procfs.tasks_of_user(os.getuid()) + limits.task_limit()
+        return procfs.shared_task_limit(limits.task_limit())
     return None
 
 
@@ -479,7 +479,7 @@ def limit_notes(limits: Limits = Limits(), device: str = "cpu") -> list[str]:
     """Where this process's own hard limits make a sandboxed child's lower than the grader asks
     for (each is used as it is, and said once at the start of a grading run)."""
     nproc = limits.task_limit() if switches_user() else \
-        procfs.tasks_of_user(os.getuid()) + limits.task_limit()
+        procfs.shared_task_limit(limits.task_limit())
     wanted = {"nproc": nproc, "fsize": limits.file_bytes}
     if limits.memory_bytes and not device.startswith("cuda"):
         wanted["as"] = limits.memory_bytes

@@ -59,3 +59,11 @@ def tasks_of_user(uid: int) -> int:
     """How many tasks (processes and threads) user ``uid`` runs now: what ``RLIMIT_NPROC`` is
     checked against when one of its processes forks."""
     return sum(processes_of_user(uid).values())
+
+
+def shared_task_limit(allowed: int) -> int:
+    """The RLIMIT_NPROC that lets a process of this user start ``allowed`` tasks more, where the
+    kernel counts them with everything else the user runs (``task_accounting`` 'shared'): what
+    the user runs now plus ``allowed``. The one place of that sum (the subject's limit, the
+    grader's note on it, the launcher's child)."""
+    return tasks_of_user(os.getuid()) + allowed
