@@ -371,6 +371,37 @@ def test_job_figures_are_measured_in_rounds_and_modes_that_compile_alike_once():
         jobs.JobFigures.from_dict(figures.to_dict(), ("none", "default"))
 
 
+def test_job_figures_from_the_warm_cache_say_so_and_open_no_fresh_cache(monkeypatch):
+    """``measure(cold=False)`` (the exploration cell at COURSE_SIZE=ci): the compiles use the
+    warm on-disk cache, never a fresh one (nor the throwaway compile that pays a process's
+    one-time costs), and the figures say their first calls are not cold; the judge's (the
+    default) open a fresh cache for every compile and say cold."""
+    from grader.checks import _torch_internals as ti
+    from grader.checks import jobs
+
+    opened = []
+    real = ti.fresh_inductor_cache
+
+    def counting_fresh_cache():
+        opened.append(1)
+        return real()
+
+    monkeypatch.setattr(ti, "fresh_inductor_cache", counting_fresh_cache)
+
+    def build(mode):
+        return lambda x: x * 2 if mode == "none" else x + 1
+
+    modes = ("none", "default")
+    warm = jobs.measure(build, [(torch.ones(3),)], modes, eager="none", rounds=1, trials=3,
+                        cold=False)
+    assert opened == [] and not warm.cold
+    assert warm.how().startswith("1 round on one core") and "warm cache (not cold" in warm.how()
+    assert "one round: no spread" in warm.summary() or "never" in warm.summary()
+    cold = jobs.measure(build, [(torch.ones(3),)], modes, eager="none", rounds=2, trials=3)
+    assert len(opened) == 1 + 2 * 2 and cold.cold   # the throwaway compile, then each way a round
+    assert cold.how().startswith("2 rounds on one core") and "each a cold compile" in cold.how()
+
+
 def test_job_figures_spread_is_the_rounds_break_evens():
     from grader.checks import jobs
 

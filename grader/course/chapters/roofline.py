@@ -8,10 +8,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from grader.checks.jobs import JobFigures, measure_modes  # noqa: F401 (ps3's exploration cell)
+from grader.checks import jobs as _jobs
+from grader.checks.jobs import JobFigures  # noqa: F401 (ps3's exploration cell)
 from grader.checks.targets import calls_to_pay_back
 from grader.checks.timing import Estimate, time_per_call
-from grader.course.chapters.core import DEVICE, pick, trials
+from grader.course.chapters.core import DEVICE, SIZE, pick, trials
 
 def seconds_per_call(fn: Callable, *args, device: str = DEVICE) -> Estimate:
     """Median seconds per call (after warm-up) with its 95% interval."""
@@ -87,3 +88,13 @@ def break_even_calls(first_call_s: float, per_call_s: float, eager_per_call_s: f
     """After how many calls compiling pays off: compile overhead (the first call over a warm
     one) / time saved per call (``inf`` when the compiled function is not faster)."""
     return calls_to_pay_back(first_call_s - per_call_s, eager_per_call_s - per_call_s)
+
+
+def measure_modes(make_model: Callable[[], torch.nn.Module], inputs: tuple, modes: Sequence[str],
+                  *, device: str = DEVICE, eager: str = "none") -> JobFigures:
+    """ps3's exploration cell: :func:`grader.checks.jobs.measure_modes`, measured as ps3's judge
+    measures (three rounds, each compile cold), except at ``COURSE_SIZE=ci``: one round, the
+    compiles from the warm on-disk cache (as :func:`grader.course.chapters.core.cold_compile`:
+    the test suite checks that the code runs; cold compiles cost it minutes)."""
+    return _jobs.measure_modes(make_model, inputs, modes, device=device, eager=eager,
+                               rounds=pick(_jobs.ROUNDS, _jobs.ROUNDS, 1), cold=SIZE != "ci")
