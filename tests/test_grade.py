@@ -4,6 +4,7 @@ resumes without loss or double counting, and the report, CSV and feedback are wr
 Problem set 2 is the cheapest to grade, so the cohort tests use it; the other sets' demo scores
 are checked by `make grade` itself (its exit status compares them with demo_expected.json).
 """
+import contextlib
 import csv
 import glob
 import html
@@ -210,6 +211,36 @@ def test_killed_run_resumes_without_loss_and_rerun_is_idempotent(tmp_path, capsy
     again = grade(folder, [ASSIGNMENT], workers=1)
     with open(csv_path) as fh:
         assert sorted(r["student_id"] for r in csv.DictReader(fh)) == sorted(cohort)
+
+
+def test_a_gradebook_started_by_the_grader_is_the_one_nbgrader_makes_without_its_subprocess(
+        tmp_path, monkeypatch):
+    """nbgrader makes a new gradebook by running ``alembic heads`` in a process of its own (2.6 s
+    here); the grader starts a course's gradebook with the revision read in its own process, and
+    nbgrader then opens it without that process: the same tables, the same revision."""
+    import sqlite3
+
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    theirs.mkdir()
+    Gradebook(f"sqlite:///{theirs / 'gradebook.db'}").close()     # nbgrader's own, with alembic
+    assign.new_gradebook(str(ours))
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version",
+                        lambda: pytest.fail("nbgrader ran alembic for a gradebook already started"))
+    with Gradebook(f"sqlite:///{ours / 'gradebook.db'}") as gb:
+        gb.update_or_create_student("ada")
+
+    def schema(folder):
+        with contextlib.closing(sqlite3.connect(folder / "gradebook.db")) as db:
+            return (db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall(),
+                    db.execute("SELECT version_num FROM alembic_version").fetchall())
+
+    assert schema(ours) == schema(theirs)
+    assign.new_gradebook(str(ours))             # one there already: left as it is
+    with Gradebook(f"sqlite:///{ours / 'gradebook.db'}") as gb:
+        assert [s.id for s in gb.students] == ["ada"]
 
 
 def test_real_submissions_held_for_a_person_exit_2_and_the_summary_lists_them(monkeypatch):

@@ -10,6 +10,8 @@ first on ``PATH`` for every call (a venv run without activating it otherwise fai
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shutil
@@ -92,6 +94,43 @@ def source_digest(assignment: str, course: str) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
+def nbgrader_schema_head() -> str:
+    """The revision of nbgrader's gradebook schema (its alembic migrations' head), read in this
+    process: what nbgrader stamps a new gradebook with."""
+    import nbgrader
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", os.path.join(os.path.dirname(nbgrader.__file__),
+                                                           "alembic"))
+    heads = ScriptDirectory.from_config(config).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"nbgrader's gradebook schema has {len(heads)} heads: {heads}")
+    return heads[0]
+
+
+def new_gradebook(course: str) -> None:
+    """Start ``course``'s gradebook where there is none: stamped with nbgrader's schema revision,
+    as nbgrader stamps one (its tables come when nbgrader first opens it). nbgrader finds the
+    revision by running ``alembic heads`` in a process of its own each time it makes a gradebook
+    (2.6 s here: a Python start and its imports); read here once per process."""
+    import sqlite3
+
+    path = os.path.join(course, files.GRADEBOOK)
+    if os.path.exists(path):
+        return
+    os.makedirs(course, exist_ok=True)
+    made = f"{path}.new-{os.getpid()}"
+    with contextlib.closing(sqlite3.connect(made)) as db:
+        db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        db.execute("INSERT INTO alembic_version (version_num) VALUES (?)",
+                   (nbgrader_schema_head(),))
+        db.commit()
+    os.replace(made, path)
+
+
 def generate_once(assignment: str, course: str) -> bool:
     """``nbgrader generate_assignment ASSIGNMENT --force`` in ``course`` (its cells into the
     gradebook, the release notebook), unless it was done from the same source into the same
@@ -104,6 +143,7 @@ def generate_once(assignment: str, course: str) -> bool:
     if done.get(assignment) == digest and os.path.isdir(release_folder) \
             and _in_gradebook(assignment, course):
         return False
+    new_gradebook(course)
     nbgrader("generate_assignment", assignment, "--force", cwd=course)
     done[assignment] = digest
     files.write_json_atomic(marker, done)
