@@ -29,6 +29,7 @@ import subprocess
 import pytest
 import torch
 
+import synthetic_jobs
 from grader.cohort.demo import demo_solutions
 from grader.isolation.judge.judging import job_for
 from grader.isolation.judge.reference_cells import reference_cells
@@ -168,8 +169,11 @@ def _grade(judge, kind: str, attack: bool) -> dict:
     keys, grade_id, persona, checks = KINDS[kind]
     source = OWN.get(kind) or PERSONAS[persona[0]][persona[1]][grade_id]
     cells = [Cell("cell 7", (ATTACK if attack else "") + source)]
+    # ps3 q1 is judged on synthetic figures (its measurement is the judge's own, out of the
+    # attack's reach, and a minute of cold compiles)
     job = job_for(keys, cells, course_root=ROOT, timeout_s=240,
-                  checks={k: checks for k in keys}, screen=False, budget_s=8.0)
+                  checks={k: checks for k in keys}, screen=False, budget_s=8.0,
+                  measured_jobs={"ps3.q1": synthetic_jobs.figures().to_dict()})
     return judge.grade(job).to_dict()["results"][keys[0]]
 
 

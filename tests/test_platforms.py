@@ -35,6 +35,7 @@ import pytest
 
 import fresh_machine
 from conftest import at_once
+from grader import _environment as environment
 from ps2_submissions import PS, ROOT, _notebook, _scores, _write
 
 why_not = fresh_machine.available()
@@ -181,7 +182,23 @@ def _cell(student: str) -> str:
     return IN_SUBJECT + _indent(ATTACKS[student]) + honest
 
 
-def _grade(platform: str) -> dict:
+# The platforms whose judges compile cold (under Docker's seccomp profile: the judge's compiler
+# must work there too) grade first; the other two then compile from their user's cache, warm
+# (COURSE_JUDGE_CACHE: one compiler cache for many course folders, grader.cohort.grade.JudgeCache).
+ORDER = ("pod", "root-abi1-docker", "nobody-abi5", "root")
+assert set(ORDER) == set(PLATFORMS), "every platform in ORDER"
+
+
+def _judge_cache(folder: str, user: int | None) -> str:
+    """The judges' compiler cache the platforms of ``user`` share, in ``folder``."""
+    cache = os.path.join(folder, "judge-cache-" + ("root" if user is None else str(user)))
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    if user is not None:
+        os.chown(cache, user, user)
+    return cache
+
+
+def _grade(platform: str, caches: str) -> dict:
     how, extra, students = PLATFORMS[platform]
     folder = tempfile.mkdtemp(prefix=f"platform-{platform}-", dir="/tmp")
     os.chmod(folder, 0o755)
@@ -197,7 +214,8 @@ def _grade(platform: str) -> dict:
     if how.get("user") is not None:
         fresh_machine.give_to(folder, how["user"])
     env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": home,
-           "TMPDIR": home, "COURSE_UNSCREENED_FOR_TESTS": ",".join(students), **extra}
+           "TMPDIR": home, "COURSE_UNSCREENED_FOR_TESTS": ",".join(students),
+           environment.JUDGE_CACHE: _judge_cache(caches, how.get("user")), **extra}
     argv = [sys.executable, "-m", "grader.cli", "grade", "--course", course, "--workers", "2",
             "--memory-gb", str(MEMORY_GB)]
     proc = subprocess.run(fresh_machine.command(argv, **how), capture_output=True, text=True,
@@ -222,12 +240,15 @@ def _grade(platform: str) -> dict:
 def graded(request):
     wanted = sorted({item.callspec.params["platform"] for item in request.session.items
                      if item.module.__name__ == __name__ and hasattr(item, "callspec")
-                     and "platform" in item.callspec.params})
-    runs = dict(zip(wanted, at_once(_grade, wanted)))
+                     and "platform" in item.callspec.params}, key=ORDER.index)
+    caches = tempfile.mkdtemp(prefix="platform-caches-", dir="/tmp")
+    os.chmod(caches, 0o755)
+    runs = dict(zip(wanted, at_once(lambda platform: _grade(platform, caches), wanted)))
     yield runs
     if not os.environ.get("KEEP_FRESH"):
         for run in runs.values():
             shutil.rmtree(run["folder"], ignore_errors=True)
+        shutil.rmtree(caches, ignore_errors=True)
 
 
 def _out(run) -> str:
