@@ -239,6 +239,10 @@ def test_a_gradebook_started_by_the_grader_is_the_one_nbgrader_makes_without_its
 
     assert schema(ours) == schema(theirs)
     assign.new_gradebook(str(ours))             # one there already: left as it is
+    with monkeypatch.context() as patch:        # ... and one made between its look and its write
+        patch.setattr(assign.os.path, "exists", lambda path: False)
+        assign.new_gradebook(str(ours))
+    assert sorted(os.listdir(ours)) == ["gradebook.db"]
     with Gradebook(f"sqlite:///{ours / 'gradebook.db'}") as gb:
         assert [s.id for s in gb.students] == ["ada"]
 

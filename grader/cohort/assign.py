@@ -128,7 +128,12 @@ def new_gradebook(course: str) -> None:
         db.execute("INSERT INTO alembic_version (version_num) VALUES (?)",
                    (nbgrader_schema_head(),))
         db.commit()
-    os.replace(made, path)
+    try:
+        os.link(made, path)    # never over a gradebook made meanwhile (os.replace would be)
+    except FileExistsError:
+        pass
+    finally:
+        os.remove(made)
 
 
 def generate_once(assignment: str, course: str) -> bool:
