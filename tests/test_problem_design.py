@@ -29,8 +29,8 @@ import os
 
 import pytest
 
-import synthetic_jobs
-from synthetic_jobs import COMPILE_S, MODES, PER_CALL_S
+# ps3 q1: synthetic figures stand for the judge's measurement, so the tests need no compile
+from synthetic_jobs import COMPILE_S, MODES, PER_CALL_S, figures as _figures
 from grader.checks import correctness
 from grader.checks.declared.job import PROBE_SIZES
 from grader.cohort.demo import demo_solutions
@@ -202,11 +202,6 @@ def test_ps1_with_one_side_of_the_if_earns_nothing(judge):
     assert not checks["fullgraph"]["ok"] and "see the correctness check" in \
         checks["fullgraph"]["message"]
     assert points("ps1", results) == 0
-
-
-# ps3 q1: synthetic figures (tests/synthetic_jobs.py) stand for the judge's measurement, so the
-# tests need no compile.
-_figures = synthetic_jobs.figures
 
 
 @pytest.fixture

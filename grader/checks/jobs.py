@@ -260,8 +260,9 @@ def measure(build: Callable[[str], Callable], pool: Sequence[tuple], modes: Sequ
     def cold_first_call(fn: Callable) -> float:
         workers = ti.inductor_config_patch(compile_threads=1) if one_core \
             else contextlib.nullcontext()
+        # cold, as in a fresh process (or, cold=False, from the warm on-disk cache)
         cache = ti.fresh_inductor_cache() if cold else contextlib.nullcontext()
-        with cache, workers:   # cold, as in a fresh process
+        with cache, workers:
             return timing.first_call_seconds(fn, pool[0], device)
 
     found = []
