@@ -3,6 +3,7 @@ grades a small cohort to the scores local workers give (the demo cohort's writte
 with the driver as the only writer of the gradebook, and a Ray worker killed mid-run loses
 nothing: Ray runs that task again and its grade is merged once.
 """
+import json
 import os
 import signal
 import subprocess
@@ -379,3 +380,84 @@ def test_a_worker_keeps_its_judge_for_the_tasks_of_a_run_and_no_longer(monkeypat
         distributed.WorkerJudge.close_held()
     assert distributed.WorkerJudge.held is None
     assert cores.count("claimed") == 5 and cores[-1] == "released"
+
+
+class _BuildingJudge:
+    """A judge as :func:`distributed.references_task` sees one, whose cache folder is known."""
+
+    def __init__(self, cache: str):
+        self.cache = cache
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_node_builds_the_references_from_its_own_cache_with_the_first_builds_deadlines(
+        monkeypatch, tmp_path):
+    """A second run on a node compiles the references from the first one's cache: what the
+    tasks are sent is that set's compiled code only, the deadlines stay those of the first, cold,
+    build, and the planning figures are the ones the node measured first (not measured again)."""
+    from grader.cohort import scoring
+    from grader.cohort.scoring import BuiltReferences
+
+    import synthetic_jobs
+
+    monkeypatch.delenv("COURSE_JUDGE_CACHE", raising=False)
+    monkeypatch.setattr(distributed, "WORKER_FOLDERS", str(tmp_path / "workers"))
+    monkeypatch.setattr(distributed, "claim_core", lambda: 0)
+    monkeypatch.setattr(distributed, "release_core", lambda: None)
+    monkeypatch.setattr(distributed, "_judge", _BuildingJudge)
+    # as kept on disk (JSON)
+    measured = json.loads(json.dumps({"ps3.q1": synthetic_jobs.figures().to_dict()}))
+    given: list = []
+
+    def build(assignment, course, judge, *, device=None, measured_jobs=None):
+        given.append(measured_jobs)
+        seconds = {"ps3.q2": 30.0 if not os.path.isdir(judge.cache) else 5.0}
+        os.makedirs(os.path.join(judge.cache, "inductor"), exist_ok=True)
+        with open(os.path.join(judge.cache, "inductor", assignment), "w") as fh:
+            fh.write(f"the compiled code of {assignment}")
+        return BuiltReferences(seconds, measured_jobs or measured)
+
+    monkeypatch.setattr(scoring, "build_references", build)
+    payload = process.pack_folder(REPO, ["nbgrader_config.py"])
+    first = distributed.references_task(payload, "ps3")
+    second = distributed.references_task(payload, "ps3")
+    other = distributed.references_task(payload, "ps2")
+    assert given[:2] == [None, measured]            # measured by the first run only
+    assert (first["kept"], second["kept"]) == (False, True)
+    assert second["measured_jobs"] == first["measured_jobs"] == measured
+    assert second["seconds"] == {"ps3.q2": 5.0}      # from cache hits ...
+    assert first["reference_s"] == second["reference_s"] == 30.0   # ... the cold deadlines
+    assert first["run"] != second["run"]
+
+    def sent(built: dict) -> list[str]:
+        folder = tmp_path / f"sent-{len(os.listdir(tmp_path))}"
+        process.unpack_folder(built["cache"], str(folder))
+        return sorted(os.listdir(folder / "inductor"))
+
+    assert sent(second) == ["ps3"] and sent(other) == ["ps2"]   # each set its own
+    cache = distributed.node_cache().folder
+    assert os.stat(os.path.dirname(cache)).st_mode & 0o077 == 0
+
+
+def test_a_planted_node_cache_folder_is_never_read(monkeypatch, tmp_path):
+    """The node's cache lies in a folder every user may create names in: one that is not the
+    grading user's own (a link, another user's folder) is not used, and the references are
+    built cold, as on a new node."""
+    monkeypatch.delenv("COURSE_JUDGE_CACHE", raising=False)
+    workers = tmp_path / "workers"
+    monkeypatch.setattr(distributed, "WORKER_FOLDERS", str(workers))
+    planted = workers / f"judge-cache-{os.geteuid()}"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    workers.mkdir()
+    planted.symlink_to(elsewhere)
+    assert distributed.node_cache() is None and os.listdir(elsewhere) == []
+    if os.geteuid() == 0:
+        planted.unlink()
+        planted.mkdir()
+        os.chown(planted, 65534, 65534)
+        assert distributed.node_cache() is None and os.listdir(planted) == []
+    planted.unlink() if planted.is_symlink() else planted.rmdir()
+    assert distributed.node_cache() is not None     # made by the grading user: used

@@ -5,7 +5,8 @@ Each submission is one Ray task with declared resources (:data:`CPUS_PER_SUBMISS
 on GPU nodes one whole GPU, so two timed runs never share a GPU). Nodes share no filesystem: a
 task carries its submission's folder (:func:`stage_submission`); what every task of a set reads
 goes once per node through Ray's object store (the set's ``source/``, :func:`stage_source`, and
-the run's built references: the judges' compiler cache and measured figures); the task returns
+the run's built references: the judges' compiler cache and measured figures, built from the
+node's own compiler cache, kept from one run to the next: :func:`node_cache`); the task returns
 the judged result as data (:func:`grade_task`: the judged scores). Each Ray worker process keeps
 its judge from one task of the run to the next, as a local worker does (:class:`WorkerJudge`): the
 references are built once per worker, not once per submission. A task judges through the same
@@ -199,7 +200,10 @@ class WorkerJudge:
         cls.close_held()
         claim_core()   # before the judge starts: it and its subjects inherit the pinning
         folder = tempfile.mkdtemp(prefix="judge-", dir=worker_folder())
-        judge = _judge(folder, references)
+        cache = os.path.join(folder, "judge-cache")
+        if references and references.get("cache"):   # its reference side: from cache hits
+            unpack_folder(references["cache"], cache)
+        judge = _judge(cache)
         cls.held = cls(key, judge, folder)
         if key[0] is None:   # no run to share it with (a caller of its own): one task only
             cls.held.key = (object(), key[1])
@@ -262,23 +266,38 @@ def grade_task(payload: bytes, student: str, assignment: str, settings: AttemptS
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _judge(folder: str, references: dict | None):
-    """A judge whose compiler cache starts from the run's (:func:`references_task`: the
-    reference side then compiles from cache hits), in ``folder``/judge-cache."""
+def _judge(cache: str):
+    """A judge whose compiler cache (Inductor's and Triton's) is the folder ``cache``."""
     from grader.isolation.judge.judge_process import JudgeProcess
 
-    cache = os.path.join(folder, "judge-cache")
-    if references and references.get("cache"):
-        unpack_folder(references["cache"], cache)
     return JudgeProcess(env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
                                  TRITON_CACHE_DIR=os.path.join(cache, "triton")))
 
 
+def node_cache():
+    """This node's judge cache (a :class:`grader.cohort.grade.JudgeCache`, as a course keeps
+    its own), kept from one run to the next in a folder of the grading user's own under
+    :data:`WORKER_FOLDERS` (or ``COURSE_JUDGE_CACHE``): a run's references compile from the
+    previous run's cache hits, with the first, cold, build's deadlines and the planning figures
+    the node measured first. None where that folder cannot be the user's own (the name taken by
+    another user, a link): the references are then built cold, as on a new node."""
+    from grader.cohort.grade import JudgeCache
+
+    worker_folder()   # the shared root, made with its sticky mode
+    try:
+        return JudgeCache.under(os.path.join(WORKER_FOLDERS, f"judge-cache-{os.geteuid()}"))
+    except OSError:
+        return None
+
+
 def references_task(payload: bytes, assignment: str) -> dict:
-    """The run's references for ``assignment``, built on a grading node: the judge's compiler
-    cache (specific to the machine type, so the cluster's nodes should be one type), the
-    planning questions' measured figures (:func:`grader.cohort.scoring.build_references`), and
-    the run's id (a worker keeps its judge for the tasks of one run: :class:`WorkerJudge`)."""
+    """The run's references for ``assignment``, built on a grading node from its compiler cache
+    (:func:`node_cache`): the set's compiler cache (specific to the machine type, so the
+    cluster's nodes should be one type), the planning questions' figures
+    (:func:`grader.cohort.scoring.build_references`; those the node measured first, when it has
+    them: ``kept``), the seconds that set the subjects' deadlines (``reference_s``: the node's
+    first, cold, build's), and the run's id (a worker keeps its judge for the tasks of one run:
+    :class:`WorkerJudge`)."""
     from grader.cohort import scoring
 
     course = tempfile.mkdtemp(prefix=f"references-{assignment}-", dir=worker_folder())
@@ -286,14 +305,24 @@ def references_task(payload: bytes, assignment: str) -> dict:
     claim_core()
     try:
         unpack_folder(payload, course)
-        judge = _judge(course, None)
+        kept = node_cache()
+        # One folder per set: what the tasks are sent is this set's compiled code, not the node's.
+        cache = os.path.join(kept.folder, "sets", assignment) if kept \
+            else os.path.join(course, "judge-cache")
+        figures = kept.kept_figures(assignment) if kept else {}
+        judge = _judge(cache)
         try:
             built = scoring.build_references(assignment, course, judge,
-                                              device=device_for(0, gpu_count()))
+                                              device=device_for(0, gpu_count()),
+                                              measured_jobs=figures or None)
         finally:
             judge.close()
-        return {"cache": pack_folder(os.path.join(course, "judge-cache")),
-                "seconds": built.seconds, "measured_jobs": built.measured_jobs,
+        if kept:
+            kept.keep_figures(assignment, built)
+        return {"cache": pack_folder(cache), "seconds": built.seconds,
+                "measured_jobs": built.measured_jobs, "kept": bool(figures),
+                "reference_s": kept.cold_reference_s(assignment, built) if kept
+                else built.reference_s,
                 "run": uuid.uuid4().hex}
     finally:
         if own_core:

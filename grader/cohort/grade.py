@@ -41,6 +41,7 @@ import concurrent.futures as cf
 import dataclasses
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -221,10 +222,13 @@ def start_judges(run: Run) -> None:
             built = _ray(run).build_references(run.course, assignment)
             run.built_references[assignment] = built
             made = BuiltReferences(built.get("seconds") or {}, built.get("measured_jobs") or {})
-            run.reference_s[assignment] = made.reference_s
-            _say_built(run, assignment, made, time.monotonic() - started)
+            # The node's first, cold, build's figure: its cache may have made this one faster.
+            run.reference_s[assignment] = built.get("reference_s", made.reference_s)
+            _say_built(run, assignment, made, time.monotonic() - started,
+                       run.reference_s[assignment])
             for key, figures in sorted(made.measured_jobs.items()):
-                run.log(f"{key}: {yardstick(key, figures)}")
+                run.log(f"{key}: " + yardstick(key, figures, kept=bool(built.get("kept")),
+                                               where="the grading node"))
             run.references_seconds += time.monotonic() - started
         return
     if not todo:
@@ -373,6 +377,14 @@ class JudgeCache:
 
     @classmethod
     def of(cls, course: str) -> "JudgeCache":
+        """The cache of ``course`` (its ``.grader-cache/``, or ``COURSE_JUDGE_CACHE``)."""
+        return cls.under(os.path.join(course, files.CACHE))
+
+    @classmethod
+    def under(cls, parent: str) -> "JudgeCache":
+        """This grader's, torch's and machine's cache in ``parent`` (or in ``COURSE_JUDGE_CACHE``
+        where that is the grading user's own folder), made closed to everyone else; the caches
+        of other graders, torches and machines there are removed."""
         import hashlib
         import platform
 
@@ -382,7 +394,6 @@ class JudgeCache:
 
         key = hashlib.sha256(f"{grader_fingerprint()} {torch.__version__} {platform.node()} "
                              f"{platform.machine()}".encode()).hexdigest()[:16]
-        parent = os.path.join(course, files.CACHE)
         shared = os.environ.get(environment.JUDGE_CACHE)
         if shared:   # one cache for many course folders (the test suite's), where it is ours
             try:
@@ -392,6 +403,11 @@ class JudgeCache:
             except OSError:
                 pass
         os.makedirs(parent, mode=0o700, exist_ok=True)
+        found = os.lstat(parent)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+            # Planted (a folder of another user's in /tmp, a link): its compiled code would run
+            # in the judges.
+            raise PermissionError(f"{parent} is not a folder of the grading user's own")
         os.chmod(parent, 0o700)
         for old in os.listdir(parent):   # another grader, torch or machine's: never read again
             if old != key:

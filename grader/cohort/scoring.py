@@ -153,16 +153,16 @@ def build_references(assignment: str, course: str, judge, *, device: str | None 
     return BuiltReferences(dict(reply.built), dict(reply.measured_jobs))
 
 
-def yardstick(key: str, figures: dict, kept: bool = False) -> str:
+def yardstick(key: str, figures: dict, kept: bool = False, where: str = "this machine") -> str:
     """A planning question's figures of the run (what every submission's hidden jobs are judged
     on), in a line: the break-even, its spread over the rounds, how long measuring took, and
-    whether this run measured them or an earlier one on this machine did (``kept``)."""
+    whether this run measured them or an earlier one on ``where`` did (``kept``)."""
     try:
         measured = JobFigures.from_dict(figures, get_problem(key).plan.modes)
     except (KeyError, ValueError) as exc:
         return f"no usable figures ({exc})"
     said = f"{measured.summary()}; " + (
-        f"measured in {measured.seconds:.0f} s by this machine's first run, kept with the "
+        f"measured in {measured.seconds:.0f} s by {where}'s first run, kept with the "
         f"compiler cache (the same for every run here)" if kept else
         f"measured once for the run in {measured.seconds:.0f} s")
     return said + (f"\n  HELD: {measured.unfit}" if measured.unfit else "")

@@ -1003,12 +1003,14 @@ def _kill_leftovers(token: str) -> list[int]:
 # Folders as data: what travels into a sandboxed or remote process and back (no shared files)
 
 def pack_folder(root: str, paths=(".",)) -> bytes:
-    """``paths`` under ``root`` (those that exist) as a gzipped tar."""
+    """``paths`` under ``root`` (those that exist) as a gzipped tar. Compressed fast (level 1,
+    not tarfile's 9): a set's judge cache holds Inductor's precompiled header (150 MB on CPU),
+    which level 9 took 16.6 s to pack and level 1 1.0 s, for 25 MB instead of 21."""
     import io
     import tarfile
 
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
         for path in paths:
             if os.path.exists(os.path.join(root, path)):
                 tar.add(os.path.join(root, path), arcname=path)
