@@ -10,6 +10,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from ray.cluster_utils import Cluster
 
 from grader.cohort import distributed, ray_address
@@ -439,6 +441,18 @@ def test_a_node_builds_the_references_from_its_own_cache_with_the_first_builds_d
     assert sent(second) == ["ps3"] and sent(other) == ["ps2"]   # each set its own
     cache = distributed.node_cache().folder
     assert os.stat(os.path.dirname(cache)).st_mode & 0o077 == 0
+    assert os.listdir(os.path.join(cache, "sets", "ps3", "inductor")) == ["ps3"]
+    # The judge that built the last references grades the run's first task on this worker.
+    held = distributed.WorkerJudge.held
+    assert held.key[0] == other["run"]
+    monkeypatch.setattr(distributed, "_judge", lambda cache: pytest.fail("a second judge"))
+    assert distributed.WorkerJudge.for_task(other, str(tmp_path), "ps2") is held.judge
+    # A build that failed keeps no judge.
+    monkeypatch.setattr(scoring, "build_references",
+                        lambda *a, **k: BuiltReferences(error="the judge died"))
+    monkeypatch.setattr(distributed, "_judge", _BuildingJudge)
+    distributed.references_task(payload, "ps2")
+    assert distributed.WorkerJudge.held is None
 
 
 def test_a_planted_node_cache_folder_is_never_read(monkeypatch, tmp_path):

@@ -296,38 +296,63 @@ def references_task(payload: bytes, assignment: str) -> dict:
     cluster's nodes should be one type), the planning questions' figures
     (:func:`grader.cohort.scoring.build_references`; those the node measured first, when it has
     them: ``kept``), the seconds that set the subjects' deadlines (``reference_s``: the node's
-    first, cold, build's), and the run's id (a worker keeps its judge for the tasks of one run:
-    :class:`WorkerJudge`)."""
+    first, cold, build's), and the run's id. The judge that built them stays this worker's
+    (:class:`WorkerJudge`), so the run's first task here grades at once, without starting and
+    building another."""
     from grader.cohort import scoring
 
+    WorkerJudge.close_held()    # this run's judge replaces another run's (and takes its core)
+    claim_core()                # before the judge starts: it and its subjects inherit the pinning
     course = tempfile.mkdtemp(prefix=f"references-{assignment}-", dir=worker_folder())
-    own_core = WorkerJudge.held is None   # else the core is the held judge's
-    claim_core()
+    folder = tempfile.mkdtemp(prefix="judge-", dir=worker_folder())
+    cache = os.path.join(folder, "judge-cache")
+    kept = node_cache()
+    # One folder per set in the node's cache: what the tasks are sent is this set's compiled
+    # code, not the node's. The judge works on a copy: it goes on to compile learners' graphs.
+    node_set = os.path.join(kept.folder, "sets", assignment) if kept else None
+    run = uuid.uuid4().hex
     try:
         unpack_folder(payload, course)
-        kept = node_cache()
-        # One folder per set: what the tasks are sent is this set's compiled code, not the node's.
-        cache = os.path.join(kept.folder, "sets", assignment) if kept \
-            else os.path.join(course, "judge-cache")
+        if node_set and os.path.isdir(node_set):
+            shutil.copytree(node_set, cache)
         figures = kept.kept_figures(assignment) if kept else {}
-        judge = _judge(cache)
-        try:
-            built = scoring.build_references(assignment, course, judge,
-                                              device=device_for(0, gpu_count()),
-                                              measured_jobs=figures or None)
-        finally:
-            judge.close()
-        if kept:
+        WorkerJudge.held = WorkerJudge((run, os.environ.get("CUDA_VISIBLE_DEVICES")),
+                                       _judge(cache), folder)
+        built = scoring.build_references(assignment, course, WorkerJudge.held.judge,
+                                          device=device_for(0, gpu_count()),
+                                          measured_jobs=figures or None)
+        if built.error:            # a judge that failed is not kept: a task starts its own
+            WorkerJudge.close_held()
+        elif kept:
+            _add_new_files(cache, node_set)
             kept.keep_figures(assignment, built)
         return {"cache": pack_folder(cache), "seconds": built.seconds,
                 "measured_jobs": built.measured_jobs, "kept": bool(figures),
                 "reference_s": kept.cold_reference_s(assignment, built) if kept
                 else built.reference_s,
-                "run": uuid.uuid4().hex}
+                "run": run}
+    except BaseException:
+        WorkerJudge.close_held()
+        raise
     finally:
-        if own_core:
-            release_core()
         shutil.rmtree(course, ignore_errors=True)
+        if WorkerJudge.held is None or WorkerJudge.held.folder != folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _add_new_files(source: str, target: str) -> None:
+    """Copy into ``target`` each file of ``source`` it lacks (compiled code is never changed in
+    place), each whole or not at all: another run's task may read ``target`` meanwhile."""
+    for root, _, names in os.walk(source):
+        into = os.path.join(target, os.path.relpath(root, source))
+        for name in names:
+            if os.path.exists(os.path.join(into, name)):
+                continue
+            os.makedirs(into, exist_ok=True)
+            part = tempfile.mkstemp(prefix=f".{name}.", dir=into)
+            os.close(part[0])
+            shutil.copy2(os.path.join(root, name), part[1])
+            os.replace(part[1], os.path.join(into, name))
 
 
 def _init_ray(ray, address: str | None, client: bool) -> None:
