@@ -422,10 +422,13 @@ def test_a_node_builds_the_references_from_its_own_cache_with_the_first_builds_d
         return BuiltReferences(seconds, measured_jobs or measured)
 
     monkeypatch.setattr(scoring, "build_references", build)
+    probed: list = []
+    monkeypatch.setattr(process, "probe", probed.append)
     payload = process.pack_folder(REPO, ["nbgrader_config.py"])
-    first = distributed.references_task(payload, "ps3")
-    second = distributed.references_task(payload, "ps3")
-    other = distributed.references_task(payload, "ps2")
+    first = distributed.references_task(payload, "ps3", "kernel")
+    second = distributed.references_task(payload, "ps3", "kernel")
+    other = distributed.references_task(payload, "ps2", "kernel")
+    assert probed == ["kernel"] * 3   # the run's confinement, probed before its first task
     assert given[:2] == [None, measured]            # measured by the first run only
     assert (first["kept"], second["kept"]) == (False, True)
     assert second["measured_jobs"] == first["measured_jobs"] == measured

@@ -290,16 +290,18 @@ def node_cache():
         return None
 
 
-def references_task(payload: bytes, assignment: str) -> dict:
+def references_task(payload: bytes, assignment: str, sandbox: str = "auto") -> dict:
     """The run's references for ``assignment``, built on a grading node from its compiler cache
     (:func:`node_cache`): the set's compiler cache (specific to the machine type, so the
     cluster's nodes should be one type), the planning questions' figures
     (:func:`grader.cohort.scoring.build_references`; those the node measured first, when it has
     them: ``kept``), the seconds that set the subjects' deadlines (``reference_s``: the node's
     first, cold, build's), and the run's id. The judge that built them stays this worker's
-    (:class:`WorkerJudge`), so the run's first task here grades at once, without starting and
-    building another."""
+    (:class:`WorkerJudge`), and the run's confinement ``sandbox`` is probed here (the probe is
+    kept for the process), so the run's first task here grades at once, without starting and
+    building another judge or probing."""
     from grader.cohort import scoring
+    from grader.isolation.sandbox import process
 
     WorkerJudge.close_held()    # this run's judge replaces another run's (and takes its core)
     claim_core()                # before the judge starts: it and its subjects inherit the pinning
@@ -326,6 +328,10 @@ def references_task(payload: bytes, assignment: str) -> dict:
         elif kept:
             _add_new_files(cache, node_set)
             kept.keep_figures(assignment, built)
+        try:
+            process.probe(sandbox)
+        except process.SandboxUnavailable:   # said by each task, which probes again
+            pass
         return {"cache": pack_folder(cache), "seconds": built.seconds,
                 "measured_jobs": built.measured_jobs, "kept": bool(figures),
                 "reference_s": kept.cold_reference_s(assignment, built) if kept
@@ -464,10 +470,11 @@ class RayExecutor:
                 f"{CPUS_PER_SUBMISSION} CPU" + (f" and {self.gpus:g} GPU" if self.gpus else "")
                 + " (pinned to a free core of its node)" + versions)
 
-    def build_references(self, course: str, assignment: str) -> dict:
-        """:func:`references_task` for ``assignment``, run on a node; what every task starts from."""
+    def build_references(self, course: str, assignment: str, sandbox: str = "auto") -> dict:
+        """:func:`references_task` for ``assignment``, run on a node; what every task starts from
+        (``sandbox``: the run's confinement, probed there too)."""
         payload = pack_folder(course, [files.NBGRADER_CONFIG, os.path.join(files.SOURCE, assignment)])
-        return self.ray.get(self._references.remote(payload, assignment))
+        return self.ray.get(self._references.remote(payload, assignment, sandbox))
 
     def put(self, value):
         return self.ray.put(value)

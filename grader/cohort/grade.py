@@ -219,7 +219,7 @@ def start_judges(run: Run) -> None:
     if run.settings.executor == "ray":
         for assignment in todo:  # built on a grading node: the cache suits its machine type
             started = time.monotonic()
-            built = _ray(run).build_references(run.course, assignment)
+            built = _ray(run).build_references(run.course, assignment, run.settings.sandbox)
             run.built_references[assignment] = built
             made = BuiltReferences(built.get("seconds") or {}, built.get("measured_jobs") or {})
             # The node's first, cold, build's figure: its cache may have made this one faster.
