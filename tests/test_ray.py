@@ -478,3 +478,17 @@ def test_a_planted_node_cache_folder_is_never_read(monkeypatch, tmp_path):
         assert distributed.node_cache() is None and os.listdir(planted) == []
     planted.unlink() if planted.is_symlink() else planted.rmdir()
     assert distributed.node_cache() is not None     # made by the grading user: used
+
+
+def test_files_added_to_a_node_cache_are_whole_and_a_half_written_one_is_never_taken(tmp_path):
+    source, target = tmp_path / "judge", tmp_path / "node"
+    (source / "inductor" / "ab").mkdir(parents=True)
+    (source / "inductor" / "ab" / "kernel.so").write_bytes(b"new code")
+    (source / "inductor" / "old.so").write_bytes(b"the judge's copy")
+    (target / "inductor").mkdir(parents=True)
+    (target / "inductor" / "old.so").write_bytes(b"kept")
+    (source / "inductor" / f"{distributed.PARTIAL}x").write_bytes(b"half of another")
+    distributed._add_new_files(str(source), str(target))
+    assert (target / "inductor" / "ab" / "kernel.so").read_bytes() == b"new code"
+    assert (target / "inductor" / "old.so").read_bytes() == b"kept"      # never changed in place
+    assert sorted(os.listdir(target / "inductor")) == ["ab", "old.so"]   # nothing half-made

@@ -315,8 +315,8 @@ def references_task(payload: bytes, assignment: str, sandbox: str = "auto") -> d
     run = uuid.uuid4().hex
     try:
         unpack_folder(payload, course)
-        if node_set and os.path.isdir(node_set):
-            shutil.copytree(node_set, cache)
+        if node_set and os.path.isdir(node_set):   # not another run's files being added
+            shutil.copytree(node_set, cache, ignore=shutil.ignore_patterns(f"{PARTIAL}*"))
         figures = kept.kept_figures(assignment) if kept else {}
         WorkerJudge.held = WorkerJudge((run, os.environ.get("CUDA_VISIBLE_DEVICES")),
                                        _judge(cache), folder)
@@ -346,16 +346,19 @@ def references_task(payload: bytes, assignment: str, sandbox: str = "auto") -> d
             shutil.rmtree(folder, ignore_errors=True)
 
 
+PARTIAL = ".partial-"   # the name of a file being added to a node's cache, until it is whole
+
+
 def _add_new_files(source: str, target: str) -> None:
     """Copy into ``target`` each file of ``source`` it lacks (compiled code is never changed in
     place), each whole or not at all: another run's task may read ``target`` meanwhile."""
     for root, _, names in os.walk(source):
         into = os.path.join(target, os.path.relpath(root, source))
         for name in names:
-            if os.path.exists(os.path.join(into, name)):
+            if name.startswith(PARTIAL) or os.path.exists(os.path.join(into, name)):
                 continue
             os.makedirs(into, exist_ok=True)
-            part = tempfile.mkstemp(prefix=f".{name}.", dir=into)
+            part = tempfile.mkstemp(prefix=PARTIAL, dir=into)
             os.close(part[0])
             shutil.copy2(os.path.join(root, name), part[1])
             os.replace(part[1], os.path.join(into, name))
