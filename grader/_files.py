@@ -12,7 +12,7 @@ A course folder (nbgrader's layout) after ``make grade``::
                                               .graded.json last
     feedback/STUDENT/ASSIGNMENT/              nbgrader's feedback HTML, or NOT_GRADED.html
     reports/                                  grades.csv, canvas.csv, report.html (+ PNGs)
-    .grader-cache/                            the judges' compiler cache (grader.cohort.grade.JudgeCache)
+    .grader-cache/                            the judges' compiler cache (grader.cohort.judge_cache.JudgeCache)
 
 One submission's grading copy (:mod:`grader.cohort.attempt`) holds the same course files, plus
 the judged points (``judged-scores.json``) and nbgrader's log; the merge

@@ -141,7 +141,7 @@ def test_the_judges_precompiled_header_is_kept_in_their_compiler_cache(demo_run)
     rebuilds every kernel."""
     import glob
 
-    from grader.cohort.grade import JudgeCache
+    from grader.cohort.judge_cache import JudgeCache
 
     inductor = os.path.join(JudgeCache.of(demo_run.course).folder, "inductor")
     assert glob.glob(os.path.join(inductor, "precompiled_headers", "*.gch"))
@@ -288,7 +288,7 @@ def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_
     costs itself, not the references' cold compile), in a folder only the grading user reads;
     its deadlines stay those of the cold build; another grader's cache is removed."""
     from grader import _files as files
-    from grader.cohort.grade import JudgeCache
+    from grader.cohort.judge_cache import JudgeCache
     from grader.cohort.scoring import BuiltReferences
 
     monkeypatch.delenv("COURSE_JUDGE_CACHE", raising=False)
@@ -310,7 +310,7 @@ def test_the_judges_compiler_cache_is_kept_closed_and_deadlines_follow_its_cold_
 
 def test_a_shared_judge_cache_is_used_only_where_it_is_the_grading_users(tmp_path, monkeypatch):
     from grader import _files as files
-    from grader.cohort.grade import JudgeCache
+    from grader.cohort.judge_cache import JudgeCache
 
     shared = tmp_path / "shared"
     monkeypatch.setenv("COURSE_JUDGE_CACHE", str(shared))
@@ -494,6 +494,7 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     from grader.cohort import grade as grade_module
     from grader.cohort import scoring
     from grader.cohort.collect import Submission
+    from grader.cohort.judge_cache import JudgeCache
     from grader.cohort.scoring import BuiltReferences
     from grader.cohort.settings import DEFAULTS
     from grader.isolation.judge import judge_process
@@ -559,7 +560,7 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     assert all(figures == {"ps3.q1": {"measured": True}}
                for (a, _), figures in given.items() if a == "ps3")
     # Figures unfit to judge on are not kept: the next run measures again.
-    cache = grade_module.JudgeCache.of(str(tmp_path))
+    cache = JudgeCache.of(str(tmp_path))
     assert cache.kept_figures("ps3") == {"ps3.q1": {"measured": True}}
     cache.keep_figures("ps5", BuiltReferences({"ps5.q1": 1.0}, {"ps5.q1": {"unfit": "noisy"}}))
     assert cache.kept_figures("ps5") == {}

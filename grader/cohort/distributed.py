@@ -275,13 +275,13 @@ def _judge(cache: str):
 
 
 def node_cache():
-    """This node's judge cache (a :class:`grader.cohort.grade.JudgeCache`, as a course keeps
+    """This node's judge cache (a :class:`grader.cohort.judge_cache.JudgeCache`, as a course keeps
     its own), kept from one run to the next in a folder of the grading user's own under
     :data:`WORKER_FOLDERS` (or ``COURSE_JUDGE_CACHE``): a run's references compile from the
     previous run's cache hits, with the first, cold, build's deadlines and the planning figures
     the node measured first. None where that folder cannot be the user's own (the name taken by
     another user, a link): the references are then built cold, as on a new node."""
-    from grader.cohort.grade import JudgeCache
+    from grader.cohort.judge_cache import JudgeCache
 
     worker_folder()   # the shared root, made with its sticky mode
     try:

@@ -28,7 +28,6 @@ import inspect
 import json
 import os
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -117,12 +116,6 @@ def expected_ddp_buckets(d: int, layers: int, bucket_cap_mb: float) -> int:
 # Launching
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def process_backend() -> str:
     """``"nccl"`` when this machine has a GPU for each of the :data:`WORLD_SIZE` processes,
     else ``"gloo"`` (the processes then run on the CPU, even where one GPU is present)."""
@@ -143,9 +136,8 @@ def launch(tasks: list[str], options: dict | None = None, *, world_size: int = W
     if unknown:
         raise ValueError(f"unknown tasks {unknown}; known: {sorted(TASKS)}")
     folder = tempfile.mkdtemp(prefix="course-ch10-")
-    port = _free_port()
     context = torch.multiprocessing.start_processes(
-        _worker, args=(world_size, backend, port, list(tasks), options or {}, folder),
+        _worker, args=(world_size, backend, list(tasks), options or {}, folder),
         nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout
     results = {}
@@ -172,12 +164,11 @@ def launch(tasks: list[str], options: dict | None = None, *, world_size: int = W
     return results
 
 
-def _worker(rank: int, world_size: int, backend: str, port: int, tasks: list[str],
+def _worker(rank: int, world_size: int, backend: str, tasks: list[str],
             options: dict, folder: str) -> None:
     """One process: join the group, run each task, write its result as JSON."""
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     # The processes share the machine's cores: a share of the threads each, and one compile worker
     # (Inductor would otherwise start a pool of compile processes in each process).
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // world_size))
@@ -185,7 +176,12 @@ def _worker(rank: int, world_size: int, backend: str, port: int, tasks: list[str
     if backend == "nccl":
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
-    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    # The processes meet through a file (a FileStore), not a TCP port chosen beforehand, which
+    # another program may take before rank 0 listens on it. (A clean-clone test run once lost
+    # rank 0 to SIGABRT while a Ray cluster started beside it; that a taken port was the cause
+    # is a guess.)
+    dist.init_process_group(backend, init_method=f"file://{os.path.join(folder, 'rendezvous')}",
+                            rank=rank, world_size=world_size)
     try:
         with ti.inductor_config_patch(compile_threads=1), ti.quiet_torch_logs():
             for task in tasks:
