@@ -177,9 +177,9 @@ def _worker(rank: int, world_size: int, backend: str, tasks: list[str],
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
     # The processes meet through a file (a FileStore), not a TCP port chosen beforehand, which
-    # another program may take before rank 0 listens on it. (A clean-clone test run once lost
-    # rank 0 to SIGABRT while a Ray cluster started beside it; that a taken port was the cause
-    # is a guess.)
+    # another program may take before rank 0 listens on it. (A clean-clone test run, beside the
+    # other half of the suite, once lost rank 0 to SIGABRT, "terminate called without an active
+    # exception"; whether a taken port caused it is not known.)
     dist.init_process_group(backend, init_method=f"file://{os.path.join(folder, 'rendezvous')}",
                             rank=rank, world_size=world_size)
     try:
