@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Iterator
+from typing import Callable, Iterator
 
 from grader._paths import grader_fingerprint
 from grader import _files as files
@@ -189,6 +189,30 @@ class WorkerJudge:
     def __init__(self, key: tuple, judge, folder: str):
         self.key, self.judge, self.folder = key, judge, folder
 
+    @property
+    def cache(self) -> str:
+        """The judge's compiler cache (Inductor's and Triton's), in its folder."""
+        return os.path.join(self.folder, "judge-cache")
+
+    @classmethod
+    def start(cls, run: str | None, fill: Callable[[str], None]) -> "WorkerJudge":
+        """Stop the judge this worker holds, if any, and start the one it holds from now on: for
+        the tasks of ``run`` on this task's GPU (``None``: no run to share it with, so no later
+        task takes it), pinned to a core of its own, its compiler cache first filled by
+        ``fill(cache_folder)``."""
+        cls.close_held()
+        claim_core()   # before the judge starts: it and its subjects inherit the pinning
+        made = cls((object() if run is None else run, os.environ.get("CUDA_VISIBLE_DEVICES")),
+                   None, tempfile.mkdtemp(prefix="judge-", dir=worker_folder()))
+        try:
+            fill(made.cache)
+            made.judge = _judge(made.cache)
+        except BaseException:
+            shutil.rmtree(made.folder, ignore_errors=True)
+            raise
+        cls.held = made
+        return made
+
     @classmethod
     def for_task(cls, references: dict | None, course: str, assignment: str):
         """This worker's judge for a task of ``references``' run, started (its planning figures
@@ -197,16 +221,12 @@ class WorkerJudge:
         held = cls.held
         if held is not None and held.key == key and key[0] is not None:
             return held.judge
-        cls.close_held()
-        claim_core()   # before the judge starts: it and its subjects inherit the pinning
-        folder = tempfile.mkdtemp(prefix="judge-", dir=worker_folder())
-        cache = os.path.join(folder, "judge-cache")
-        if references and references.get("cache"):   # its reference side: from cache hits
-            unpack_folder(references["cache"], cache)
-        judge = _judge(cache)
-        cls.held = cls(key, judge, folder)
-        if key[0] is None:   # no run to share it with (a caller of its own): one task only
-            cls.held.key = (object(), key[1])
+
+        def fill(cache: str) -> None:   # its reference side: from cache hits
+            if references and references.get("cache"):
+                unpack_folder(references["cache"], cache)
+
+        judge = cls.start(key[0], fill).judge
         if references and references.get("measured_jobs"):
             # The run's figures for planning questions, not measured again on this worker.
             from grader.cohort import scoring
@@ -303,36 +323,34 @@ def references_task(payload: bytes, assignment: str, sandbox: str = "auto") -> d
     from grader.cohort import scoring
     from grader.isolation.sandbox import process
 
-    WorkerJudge.close_held()    # this run's judge replaces another run's (and takes its core)
-    claim_core()                # before the judge starts: it and its subjects inherit the pinning
     course = tempfile.mkdtemp(prefix=f"references-{assignment}-", dir=worker_folder())
-    folder = tempfile.mkdtemp(prefix="judge-", dir=worker_folder())
-    cache = os.path.join(folder, "judge-cache")
     kept = node_cache()
     # One folder per set in the node's cache: what the tasks are sent is this set's compiled
     # code, not the node's. The judge works on a copy: it goes on to compile learners' graphs.
     node_set = os.path.join(kept.folder, "sets", assignment) if kept else None
+
+    def fill(cache: str) -> None:
+        if node_set and os.path.isdir(node_set):   # not another run's files being added
+            shutil.copytree(node_set, cache, ignore=shutil.ignore_patterns(f"{PARTIAL}*"))
+
     run = uuid.uuid4().hex
     try:
         unpack_folder(payload, course)
-        if node_set and os.path.isdir(node_set):   # not another run's files being added
-            shutil.copytree(node_set, cache, ignore=shutil.ignore_patterns(f"{PARTIAL}*"))
         figures = kept.kept_figures(assignment) if kept else {}
-        WorkerJudge.held = WorkerJudge((run, os.environ.get("CUDA_VISIBLE_DEVICES")),
-                                       _judge(cache), folder)
-        built = scoring.build_references(assignment, course, WorkerJudge.held.judge,
+        held = WorkerJudge.start(run, fill)
+        built = scoring.build_references(assignment, course, held.judge,
                                           device=device_for(0, gpu_count()),
                                           measured_jobs=figures or None)
         if built.error:            # a judge that failed is not kept: a task starts its own
             WorkerJudge.close_held()
         elif kept:
-            _add_new_files(cache, node_set)
+            _add_new_files(held.cache, node_set)
             kept.keep_figures(assignment, built)
         try:
             process.probe(sandbox)
         except process.SandboxUnavailable:   # said by each task, which probes again
             pass
-        return {"cache": pack_folder(cache), "seconds": built.seconds,
+        return {"cache": pack_folder(held.cache), "seconds": built.seconds,
                 "measured_jobs": built.measured_jobs, "kept": bool(figures),
                 "reference_s": kept.cold_reference_s(assignment, built) if kept
                 else built.reference_s,
@@ -342,8 +360,6 @@ def references_task(payload: bytes, assignment: str, sandbox: str = "auto") -> d
         raise
     finally:
         shutil.rmtree(course, ignore_errors=True)
-        if WorkerJudge.held is None or WorkerJudge.held.folder != folder:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 PARTIAL = ".partial-"   # the name of a file being added to a node's cache, until it is whole
@@ -358,10 +374,14 @@ def _add_new_files(source: str, target: str) -> None:
             if name.startswith(PARTIAL) or os.path.exists(os.path.join(into, name)):
                 continue
             os.makedirs(into, exist_ok=True)
-            part = tempfile.mkstemp(prefix=PARTIAL, dir=into)
-            os.close(part[0])
-            shutil.copy2(os.path.join(root, name), part[1])
-            os.replace(part[1], os.path.join(into, name))
+            fd, part = tempfile.mkstemp(prefix=PARTIAL, dir=into)
+            os.close(fd)
+            try:
+                shutil.copy2(os.path.join(root, name), part)
+                os.replace(part, os.path.join(into, name))
+            except BaseException:
+                os.unlink(part)
+                raise
 
 
 def _init_ray(ray, address: str | None, client: bool) -> None:

@@ -13,7 +13,8 @@ from grader import _files as files
 
 class JudgeCache:
     """The judges' compiler cache (Inductor's and Triton's), kept in the course folder from one
-    ``make grade`` to the next (``.grader-cache/``, closed to everyone but the grading user: only
+    ``make grade`` to the next (:meth:`of`; a Ray node's in a folder of its own, :meth:`under`)
+    (``.grader-cache/``, closed to everyone but the grading user: only
     judges, which never run learner code, write it): a run that grades one new submission then
     compiles the references from cache hits instead of cold. One folder per grader code, torch
     and machine (older ones are removed), beside the first, cold, build's seconds of each set
