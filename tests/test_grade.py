@@ -483,11 +483,13 @@ def test_no_more_judges_start_than_submissions_left_to_grade(tmp_path, monkeypat
 @pytest.mark.parametrize("cores", ["own", "shared"])
 def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_first(
         tmp_path, monkeypatch, cores, folders_of_its_own):
-    """start_judges with two workers: every judge builds every set; each set once cold, the
-    others from the cache with the figures the cold build measured; the cold builds of two sets
-    run at the same time on the two judges; ps3, whose planning question is measured as it is
-    built (on one core), is built first, by the first judge: beside the other sets' cold builds
-    where each judge has cores of its own, alone where they share the cores."""
+    """start_judges with two workers: each set is built once, cold, before the first
+    submission; the cold builds of two sets run at the same time on the two judges; ps3, whose
+    planning question is measured as it is built (on one core), is built first, by the first
+    judge: beside the other sets' cold builds where each judge has cores of its own, alone where
+    they share the cores. Then each worker's judge builds a set it did not build before its
+    first submission of that set, from the cache with the figures the cold build measured, and
+    never twice."""
     import dataclasses
     import threading
 
@@ -535,8 +537,10 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
                            settings=dataclasses.replace(DEFAULTS, workers=2))
     grade_module.start_judges(run)
     judges = {"judge-0.log", "judge-1.log"}
-    assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)
-    assert sorted(a for a, _, cold, _ in events if cold) == sets          # each once cold
+    assert sorted(a for a, _, cold, _ in events) == sets                  # each once, cold
+    assert all(cold for _, _, cold, _ in events)
+    assert sorted(a for built in run.built_by.values() for a in built) == sets
+    assert run.measured_jobs["ps3"] == {"ps3.q1": {"measured": True}}
     ps3 = [e for e in events if e[0] == "ps3" and e[2]]
     assert [e[1] for e in ps3] == ["judge-0.log"]                  # measured by the first judge
     # The builds that ran while ps3 was built: those started during it, and those it started
@@ -547,8 +551,34 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
         assert beside and {j for _, j in beside} == {"judge-1.log"}, events
     else:                       # first, and nothing beside it
         assert events[0] == ("ps3", "judge-0.log", True, []) and not beside, events
-    assert given[("ps3", "judge-1.log")] == {"ps3.q1": {"measured": True}}  # its figures
     assert set(run.reference_s) == set(sets)
+
+    # Grading: a worker's first submission of a set its judge did not build is preceded by
+    # that set's build, with the run's figures; every judge that grades a set builds it once.
+    from grader.cohort import attempt
+    from grader.cohort.attempt import Attempt, AttemptSettings
+
+    graded = []
+
+    def fake_attempt(sub, course, settings, *, isolation, judge, device, folder_in):
+        with lock:
+            graded.append((sub.assignment, judge.name))
+            assert (sub.assignment, judge.name) in given, "graded before its references"
+        time.sleep(0.05)
+        return Attempt(None, None, 1.0, {})
+
+    monkeypatch.setattr(attempt, "run_attempt", fake_attempt)
+    settings = AttemptSettings(DEFAULTS, reference_s=dict(run.reference_s),
+                               measured_jobs=dict(run.measured_jobs))
+    list(attempt.local_attempts([(sub, "") for sub in subs], str(tmp_path), settings,
+                                isolation=None, judges=run.judges, workers=2,
+                                built_by=run.built_by))
+    builds = [(a, j) for a, j, _, _ in events]
+    assert len(builds) == len(set(builds))                                 # never twice
+    assert set(builds) >= set(graded) and len(graded) == len(subs)
+    assert [cold for a, _, cold, _ in events[len(sets):]] == [False] * (len(builds) - len(sets))
+    if ("ps3", "judge-1.log") in given:
+        assert given[("ps3", "judge-1.log")] == {"ps3.q1": {"measured": True}}  # its figures
 
     # The next run on this machine (the same cache) judges ps3 on the figures kept from this
     # one: nothing is measured again, so ps3 is built with the others.
@@ -564,7 +594,7 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     assert cache.kept_figures("ps3") == {"ps3.q1": {"measured": True}}
     cache.keep_figures("ps5", BuiltReferences({"ps5.q1": 1.0}, {"ps5.q1": {"unfit": "noisy"}}))
     assert cache.kept_figures("ps5") == {}
-    assert sorted((a, j) for a, j, _, _ in events) == sorted((a, j) for a in sets for j in judges)
+    assert sorted(a for a, _, _, _ in events) == sets
 
 
 def test_workers_left_to_choose_are_one_per_idle_core_as_the_memory_holds(monkeypatch):

@@ -38,6 +38,9 @@ class AttemptSettings:
     # assignment -> what building its references took the run's first judge (seconds), from which
     # the subjects' deadlines follow (grader.cohort.scoring.BuiltReferences.reference_s)
     reference_s: dict = dataclasses.field(default_factory=dict)
+    # assignment -> its planning questions' figures, measured once for the run: a judge that
+    # builds the set's references later is handed them (every submission judged on the same)
+    measured_jobs: dict = dataclasses.field(default_factory=dict)
 
     @property
     def sandbox(self) -> str:
@@ -121,8 +124,8 @@ def device_for(slot: int, gpus: int) -> str | None:
 # waiting with its imports done (0.7 GB).
 WORKER_OVERHEAD_BYTES = 2 * 2 ** 30
 # Left to choose, no more workers than one per this many submissions to grade: each worker's
-# judge builds every set's references before its first submission (on 3 ps2 submissions two
-# workers graded 0.9 times as many a minute as one, on 4 of ps1 or ps4 1.9 and 1.3 times).
+# judge builds a set's references before its first submission of the set (on 3 ps2 submissions
+# two workers graded 0.9 times as many a minute as one, on 4 of ps1 or ps4 1.9 and 1.3 times).
 SUBMISSIONS_PER_WORKER = 4
 
 
@@ -228,11 +231,15 @@ def worker_cores(workers: int, idle: int | None = None) -> list[frozenset[int] |
 
 def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: AttemptSettings, *,
                    isolation: process.Isolation, judges: list, workers: int,
-                   folder_in: str | None = None) -> Iterator[tuple[Submission, str, Attempt]]:
+                   folder_in: str | None = None,
+                   built_by: dict | None = None) -> Iterator[tuple[Submission, str, Attempt]]:
     """The local executor: ``workers`` submissions at once in threads of this process, each
     with its worker's judge and GPU, each grading copy in ``folder_in`` (default: the temporary
-    folder). Yields (submission, digest, attempt) as each finishes; interrupted (or closed
-    early), it cancels the submissions not started."""
+    folder). ``built_by``: worker slot -> the sets its judge has built the references of; before
+    its first submission of another set, a worker's judge builds that set's (from the run's
+    compiler cache, with ``settings.measured_jobs``), in the submission's seconds. Yields
+    (submission, digest, attempt) as each finishes; interrupted (or closed early), it cancels
+    the submissions not started."""
     gpus = gpu_count()
     workers = max(1, workers)
     # A submission takes the judge of a worker that is free, not one picked in advance: a worker
@@ -241,12 +248,32 @@ def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: At
     for slot in range(workers):
         free.put(slot)
 
+    built = built_by if built_by is not None else {}
+
     def attempt(sub: Submission) -> Attempt:
         slot = free.get()
         try:
-            return run_attempt(sub, course, settings, isolation=isolation,
-                               judge=judges[slot % len(judges)] if judges else None,
+            judge = judges[slot % len(judges)] if judges else None
+            started = time.monotonic()
+            if judge is not None and sub.assignment not in built.setdefault(slot, set()):
+                # As a separate job before the submission's own, as the run built it first. A
+                # build that failed leaves the grading job to build it, and to report why.
+                from grader.cohort.scoring import build_references
+
+                try:
+                    build_references(sub.assignment, course, judge,
+                                     device=device_for(slot, gpus),
+                                     measured_jobs=settings.measured_jobs.get(sub.assignment))
+                except Exception:  # noqa: BLE001 (the grading job reports it, as said above)
+                    pass
+                built[slot].add(sub.assignment)
+            building = time.monotonic() - started
+            made = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
                                device=device_for(slot, gpus), folder_in=folder_in)
+            if building >= 0.01:
+                made.seconds += building
+                made.phases["reference side"] = made.phases.get("reference side", 0.0) + building
+            return made
         finally:
             free.put(slot)
 

@@ -81,6 +81,11 @@ class Run:
     temporary_dir: str = ""         # the run's own folder: the two above, each grading copy
     references_seconds: float = 0.0   # building the references, once per run
     reference_s: dict = dataclasses.field(default_factory=dict)  # assignment -> BuiltReferences.reference_s
+    # assignment -> its planning questions' figures, measured once for the run (or kept)
+    measured_jobs: dict = dataclasses.field(default_factory=dict)
+    # worker slot -> the sets whose references its judge has built (the others: before its
+    # first submission of each, grader.cohort.attempt.local_attempts)
+    built_by: dict = dataclasses.field(default_factory=dict)
     ray: object = None       # the RayExecutor, once started
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     report_dir: str = ""
@@ -283,11 +288,13 @@ def _plans(assignment: str) -> bool:
 
 
 def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int) -> None:
-    """Every judge builds the references of every set of ``todo`` before the first submission.
-    Judges share one compiler cache. Each set is built cold by one judge, whose build sets the
-    set's deadlines (what it took: :attr:`grader.cohort.scoring.BuiltReferences.reference_s`) and
-    measures its planning questions' figures (ps3 q1); every other judge then builds it from the
-    cache, with those figures, so every submission of the run is judged on the same ones. The
+    """Every set of ``todo`` is built once, cold, before the first submission. Judges share one
+    compiler cache. Each set is built cold by one judge, whose build sets the set's deadlines
+    (what it took: :attr:`grader.cohort.scoring.BuiltReferences.reference_s`) and measures its
+    planning questions' figures (ps3 q1); every other judge builds it from the cache, with those
+    figures (``run.measured_jobs``), before its own first submission of the set
+    (:func:`grader.cohort.attempt.local_attempts`), so every submission of the run is judged on
+    the same ones and no worker waits while another builds a set it grades later. The
     cold builds run at once, each judge taking the next set not yet built. A set with a planning
     question is built first by the first judge: its figures are measured on one core (one
     thread, one compile worker: :mod:`grader.checks.jobs`), so where every judge has cores of
@@ -305,29 +312,26 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
     measured = [a for a in todo if _plans(a) and not kept[a]]
     waiting = collections.deque(a for a in todo if a not in measured)
     beside = len(slots) > 1 and all(getattr(j, "cores", None) for j in run.judges)
-    cold_by = {a: 0 for a in measured}
     built, took = {}, {}
     lock = threading.Lock()
 
-    def build(slot: int, assignments: list[str], cold: bool) -> None:
+    def build(slot: int, assignments: list[str]) -> None:
         for assignment in assignments:
             started = time.monotonic()
             made = build_references(assignment, run.course, run.judges[slot],
                                     device=device_for(slot, gpus),
-                                    measured_jobs=(kept[assignment] or None) if cold
-                                    else built[assignment].measured_jobs)
-            if cold:
-                built[assignment], took[assignment] = made, time.monotonic() - started
+                                    measured_jobs=kept[assignment] or None)
+            built[assignment], took[assignment] = made, time.monotonic() - started
+            run.built_by.setdefault(slot, set()).add(assignment)
 
     def build_cold(slot: int, first: list[str]) -> None:
-        build(slot, first, cold=True)
+        build(slot, first)
         while True:
             with lock:
                 if not waiting:
                     return
                 assignment = waiting.popleft()
-                cold_by[assignment] = slot
-            build(slot, [assignment], cold=True)
+            build(slot, [assignment])
 
     def at_once(work: list[tuple]) -> None:
         with cf.ThreadPoolExecutor(max_workers=len(work)) as pool:
@@ -337,18 +341,16 @@ def _build_references(run: Run, todo: list[str], cache: "JudgeCache", gpus: int)
     if beside:
         at_once([(build_cold, slot, measured if slot == 0 else []) for slot in slots])
     else:
-        build(0, measured, cold=True)   # alone: the machine is its timings' only work
+        build(0, measured)              # alone: the machine is its timings' only work
         at_once([(build_cold, slot, []) for slot in slots])
     for assignment in todo:             # said in the sets' order
         made = built[assignment]
         run.reference_s[assignment] = cache.cold_reference_s(assignment, made)
+        run.measured_jobs[assignment] = dict(made.measured_jobs)
         cache.keep_figures(assignment, made)
         _say_built(run, assignment, made, took[assignment], run.reference_s[assignment])
         for key, figures in sorted(made.measured_jobs.items()):
             run.log(f"{key}: {yardstick(key, figures, kept=bool(kept[assignment]))}")
-    if len(slots) > 1:                  # the others, from the cache, with the figures measured
-        at_once([(build, slot, [a for a in todo if cold_by[a] != slot], False)
-                 for slot in slots])
     run.references_seconds += time.monotonic() - started
 
 
@@ -424,7 +426,8 @@ def autograde_all(run: Run) -> None:
     progress = _Progress(len(todo))
     settings = AttemptSettings(run.settings.probed(run.isolation.setting()),
                                subject_timeout_s=run.subject_timeout_s,
-                               reference_s=dict(run.reference_s))
+                               reference_s=dict(run.reference_s),
+                               measured_jobs=dict(run.measured_jobs))
     if run.settings.executor == "ray":
         from grader.cohort.distributed import ray_attempts
 
@@ -432,7 +435,7 @@ def autograde_all(run: Run) -> None:
     else:
         attempts = local_attempts(todo, run.course, settings, isolation=run.isolation,
                                   judges=run.judges, workers=len(run.judges) or 1,
-                                  folder_in=run.temporary_dir or None)
+                                  folder_in=run.temporary_dir or None, built_by=run.built_by)
     try:
         for sub, digest, attempt in attempts:
             attempt = autograde_attempt(run.course, sub, attempt)
