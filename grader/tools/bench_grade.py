@@ -102,19 +102,20 @@ PARTS_HELP = ("subject start = sandbox, interpreter and imports of the process t
               "learner's code (about 0 where the judge started it during the job before); next "
               "subject = waiting, before the judge times anything, until the next job's subject "
               "(started beside this one where the judge has two cores of its own) has done its "
-              "imports (the judge's untimed graph checks run meanwhile); learner cells = "
-              "running them (definitions: the models are built by the requests that follow); "
-              "subject's answers = its outputs on the judge's "
-              "inputs, the graph it captured, the problem's calls as used and their compile "
-              "count, a custom operator's registration, a planning rule's answers, and stopping "
-              "it; reference side = the baseline and reference the judge keeps (built once per "
-              "judge, before the first submission); judge's graph checks = rebuilding the graph "
-              "and checking it against the baseline, counting kernels, and starting and waiting "
-              "for the judge's child that does it on a CPU; speed and job timing include the "
-              "judge's compile of the learner's graph; other checks = the judge's other declared "
-              "checks; nbgrader's autograde = recording the judged points and building the "
-              "graded notebook (no cell runs); outside the judge = the rest of the total (the "
-              "grading copy, the screen, the merge); total = the whole submission.")
+              "imports (the judge's untimed graph checks run meanwhile); learner cells = running "
+              "them (definitions: the models are built by the requests that follow); subject's "
+              "answers = its outputs on the judge's inputs, the graph it captured, the problem's "
+              "calls as used and their compile count, a custom operator's registration, a "
+              "planning rule's answers, and stopping it; reference side = the baseline and "
+              "reference the judge keeps (built once per judge, before its first submission of "
+              "the set: in that submission's seconds where another judge built the set first); "
+              "judge's graph checks = rebuilding the graph and checking it against the baseline, "
+              "counting kernels, and starting and waiting for the judge's child that does it on a"
+              " CPU; speed and job timing include the judge's compile of the learner's graph; "
+              "other checks = the judge's other declared checks; nbgrader's autograde = recording"
+              " the judged points and building the graded notebook (no cell runs); outside the "
+              "judge = the rest of the total (the grading copy, the screen, the merge); total = "
+              "the whole submission.")
 
 
 def _part(outcome, part: str) -> float:
