@@ -10,6 +10,7 @@ import glob
 import html
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -245,6 +246,47 @@ def test_a_gradebook_started_by_the_grader_is_the_one_nbgrader_makes_without_its
     assert sorted(os.listdir(ours)) == ["gradebook.db"]
     with Gradebook(f"sqlite:///{ours / 'gradebook.db'}") as gb:
         assert [s.id for s in gb.students] == ["ada"]
+
+
+def test_generate_assignment_in_this_process_makes_what_nbgrader_s_command_makes(tmp_path):
+    """generate_once runs nbgrader's GenerateAssignment converter in this process (nbgrader's
+    own command spends seconds starting): the same release notebook and the same cells in the
+    gradebook as ``nbgrader generate_assignment ps1 --force``; the working folder is left as it
+    was; a notebook nbgrader cannot read fails with nbgrader's reason, naming the set."""
+    import sqlite3
+
+    courses = {}
+    for how in ("command", "in-process"):
+        course = tmp_path / how
+        shutil.copytree(os.path.join(assign.COURSE_ROOT, "source", "ps1"), course / "source" / "ps1")
+        shutil.copy(os.path.join(assign.COURSE_ROOT, "nbgrader_config.py"), course)
+        assign.new_gradebook(str(course))
+        courses[how] = course
+    assign.nbgrader("generate_assignment", "ps1", "--force", cwd=str(courses["command"]))
+    here = os.getcwd()
+    assert assign.generate_once("ps1", str(courses["in-process"]))
+    assert os.getcwd() == here
+    assert not assign.generate_once("ps1", str(courses["in-process"]))   # unchanged: not again
+
+    def made(course):
+        with open(course / "release" / "ps1" / "ps1.ipynb") as fh:
+            release = fh.read()
+        with contextlib.closing(sqlite3.connect(course / "gradebook.db")) as db:
+            cells = sorted(db.execute(
+                "SELECT b.name, g.max_score, g.cell_type FROM grade_cells g "
+                "JOIN base_cell b ON b.id = g.id").fetchall())
+            sources = sorted(db.execute("SELECT name, cell_type, locked, source, checksum "
+                                        "FROM source_cell").fetchall())
+        return release, cells, sources
+
+    assert made(courses["in-process"]) == made(courses["command"])
+    assert made(courses["command"])[1], "no graded cell in the gradebook"
+
+    broken = courses["in-process"] / "source" / "ps1" / "ps1.ipynb"
+    broken.write_text('{"cells": [')
+    with pytest.raises(RuntimeError, match="generate_assignment ps1"):
+        assign.generate_once("ps1", str(courses["in-process"]))
+    assert os.getcwd() == here
 
 
 def test_real_submissions_held_for_a_person_exit_2_and_the_summary_lists_them(monkeypatch):

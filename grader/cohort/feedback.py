@@ -55,7 +55,8 @@ def render_feedback(course: str, assignment: str, student: str) -> str | None:
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
     try:
-        GenerateFeedback(coursedir=coursedir, config=config, log=quiet, force=True).start()
+        with assign.CONVERTING:
+            GenerateFeedback(coursedir=coursedir, config=config, log=quiet, force=True).start()
         return None
     except Exception as exc:  # nbgrader's NbGraderException, a bad config
         return f"nbgrader could not render the feedback page: {type(exc).__name__}: {exc}"

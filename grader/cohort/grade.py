@@ -197,7 +197,7 @@ def prepare_gradebook(run: Run) -> None:
             if problems:
                 raise SystemExit("make grade: stopped: " + "; ".join(problems))
     for assignment in sorted({s.assignment for s in run.submissions}):
-        assign.generate_once(assignment, run.course)    # (once per source: ~2 s each)
+        assign.generate_once(assignment, run.course)    # (once per source)
     with Gradebook(files.db_url(run.course)) as gb:
         for student in sorted({s.student for s in run.submissions}):
             gb.update_or_create_student(student)

@@ -196,7 +196,8 @@ def autograde(course: str, sub: Submission, folder: str) -> str | None:
         config.JudgedStep.judged_scores_file = os.path.join(folder, files.JUDGED_SCORES_FILE)
         coursedir = CourseDirectory(config=config, root=folder, assignment_id=sub.assignment,
                                     student_id=sub.student)
-        Autograde(coursedir=coursedir, config=config, log=log, force=True).start()
+        with assign.CONVERTING:
+            Autograde(coursedir=coursedir, config=config, log=log, force=True).start()
         return None
     except Exception as exc:  # nbgrader's NbGraderException (logged), our bug check, a bad config
         log.exception("autograde failed")
