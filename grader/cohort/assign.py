@@ -1,9 +1,10 @@
 """Problem sets: regenerate the student versions in ``release/`` from ``source/``.
 
-``make release`` (``python -m grader.cli release``) runs ``nbgrader generate_assignment`` for each
+``make release`` (``python -m grader.cli release``) runs nbgrader's generate_assignment for each
 ``source/ps*`` folder, in the course root, without touching the gradebook (``--no-db``), and
-overwrites ``release/<assignment>/`` (``--force``). ``release/`` is committed; the test suite calls
-:func:`is_release_stale` to fail when someone edited ``source/`` and forgot ``make release``.
+overwrites ``release/<assignment>/`` (``--force``), in this process (:func:`generate_assignment`).
+``release/`` is committed; the test suite calls :func:`is_release_stale` to fail when someone
+edited ``source/`` and forgot ``make release``.
 
 nbgrader shells out to ``alembic`` (and must find ``jupyter``): the interpreter's ``bin/`` is put
 first on ``PATH`` for every call (a venv run without activating it otherwise fails there).
@@ -161,12 +162,13 @@ def generate_once(assignment: str, course: str) -> bool:
 CONVERTING = threading.Lock()
 
 
-def generate_assignment(assignment: str, course: str) -> None:
+def generate_assignment(assignment: str, course: str, *, database: bool = True) -> None:
     """``nbgrader generate_assignment ASSIGNMENT --force`` in ``course``, run as nbgrader's app
     runs it (its ``GenerateAssignment`` converter, with the course's ``nbgrader_config.py``) but
     in this process: a process of its own spent 2.9 s per set on a Python start and nbgrader's
-    imports, the conversion 0.1-0.2 s (8 sets, 2026-12-07). Raises ``RuntimeError`` with
-    nbgrader's log when it fails."""
+    imports, the conversion 0.1-0.2 s (8 sets, 2026-12-07). ``database=False``: nbgrader's
+    ``--no-db`` (the release notebook only). Raises ``RuntimeError`` with nbgrader's log when it
+    fails."""
     import io
     import logging
 
@@ -185,6 +187,9 @@ def generate_assignment(assignment: str, course: str) -> None:
         try:
             config = course_config(course)
             config.CourseDirectory.root = course   # (the file's may be relative: to this folder)
+            if not database:                      # nbgrader's --no-db flag, as it sets it
+                config.SaveCells.enabled = False
+                config.GenerateAssignment.no_database = True
             coursedir = CourseDirectory(config=config, assignment_id=assignment)
             GenerateAssignment(coursedir=coursedir, config=config, log=log, force=True).start()
         except Exception as exc:  # nbgrader's NbGraderException (logged), a bad config or notebook
@@ -218,7 +223,7 @@ def release(names: Iterable[str] | None = None, course_root: str = COURSE_ROOT) 
     for name in names:
         if not os.path.isdir(os.path.join(course_root, files.SOURCE, name)):
             raise FileNotFoundError(f"no source/{name} in {course_root}")
-        nbgrader("generate_assignment", name, "--force", "--no-db", cwd=course_root)
+        generate_assignment(name, course_root, database=False)
         folder = os.path.join(course_root, files.RELEASE, name)
         for fname in sorted(os.listdir(folder)):
             if fname.endswith(".ipynb"):
