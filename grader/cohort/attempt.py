@@ -254,8 +254,9 @@ def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: At
         slot = free.get()
         try:
             judge = judges[slot % len(judges)] if judges else None
-            started = time.monotonic()
+            building = 0.0
             if judge is not None and sub.assignment not in built.setdefault(slot, set()):
+                started = time.monotonic()
                 # As a separate job before the submission's own, as the run built it first. A
                 # build that failed leaves the grading job to build it, and to report why.
                 from grader.cohort.scoring import build_references
@@ -267,10 +268,10 @@ def local_attempts(todo: list[tuple[Submission, str]], course: str, settings: At
                 except Exception:  # noqa: BLE001 (the grading job reports it, as said above)
                     pass
                 built[slot].add(sub.assignment)
-            building = time.monotonic() - started
+                building = time.monotonic() - started
             made = run_attempt(sub, course, settings, isolation=isolation, judge=judge,
                                device=device_for(slot, gpus), folder_in=folder_in)
-            if building >= 0.01:
+            if building:
                 made.seconds += building
                 made.phases["reference side"] = made.phases.get("reference side", 0.0) + building
             return made
