@@ -639,6 +639,44 @@ def test_each_set_is_built_cold_once_the_cold_builds_at_once_and_a_planning_set_
     assert sorted(a for a, _, _, _ in events) == sets
 
 
+def test_every_grading_job_carries_the_run_s_planning_figures(tmp_path):
+    """A judge can build a set's references inside a grading job: a fresh judge after a
+    restart, or one whose separate build failed. Every job of a submission (and the build
+    ``grade_notebook`` starts when it is given no deadline) therefore carries the run's
+    figures for the set's planning questions, so that such a judge judges on them rather than
+    measuring its own."""
+    from grader.cohort.attempt import AttemptSettings, run_attempt
+    from grader.cohort.collect import Submission
+    from grader.cohort.settings import DEFAULTS
+    from grader.isolation.judge.judge_job import JudgeReply
+
+    class RecordingJudge:
+        jobs = []
+
+        def grade(self, job, timeout_s):
+            self.jobs.append(job)
+            return JudgeReply(error="recorded, not graded")
+
+    folder = tmp_path / "submitted" / "s1" / "ps3"
+    folder.mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "release", "ps3", "ps3.ipynb"), folder)
+    figures = {"ps3.q1": {"break_even": 123.0}}
+    for reference_s in ({"ps3": 20.0}, {}):       # deadline given; deadline from a build
+        RecordingJudge.jobs = []
+        settings = AttemptSettings(DEFAULTS.probed("off"), reference_s=reference_s,
+                                   measured_jobs={"ps3": figures, "ps4": {"other": {}}})
+        attempt = run_attempt(Submission("s1", "ps3", str(folder)), ROOT, settings,
+                              isolation=None, judge=RecordingJudge(),
+                              folder_in=str(tmp_path))
+        assert attempt.failure is None, attempt.failure
+        ops = [job.op for job in RecordingJudge.jobs]
+        # q2's unwritten cell is refused before any job; q1 (the planning question) is judged.
+        assert [job.problems for job in RecordingJudge.jobs if job.op == "grade"] == [("ps3.q1",)]
+        assert ops.count("build references") == (not reference_s)
+        assert all(job.measured_jobs == figures for job in RecordingJudge.jobs), ops
+        shutil.rmtree(attempt.folder)
+
+
 def test_workers_left_to_choose_are_one_per_idle_core_as_the_memory_holds(monkeypatch):
     """WORKERS unset: one per idle core, no more than the available memory holds at MEMORY_GB
     plus the worker's own share, and at least one."""

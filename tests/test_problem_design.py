@@ -446,6 +446,16 @@ def test_ps3_figures_are_measured_once_per_run_and_handed_to_every_other_judge(m
     assert f"compiling pays after {figures['break_even']:,.0f} calls" in \
         result["checks"]["job"]["message"], result["checks"]["job"]["message"]
 
+    # A judge that builds the references inside a grading job (restarted mid-run) judges on
+    # the figures the job carries (grader.cohort.scoring.grade_notebook passes the run's).
+    restarted = Judge()
+    carried = job_for(["ps3.q1"], [Cell("cell 7", _threshold(B))], course_root=ROOT,
+                      budget_s=8.0, measured_jobs=first["measured_jobs"])
+    result = restarted.grade(carried).to_dict()["results"]["ps3.q1"]
+    assert measured == ["ps3.q1"] and result["status"] == "ok", result
+    assert f"compiling pays after {figures['break_even']:,.0f} calls" in \
+        result["checks"]["job"]["message"], result["checks"]["job"]["message"]
+
     wrong = {"ps3.q1": dict(figures, modes=["none", "default"])}
     with pytest.raises(ValueError, match="job figures"):
         Judge().build_references(dataclasses.replace(job, measured_jobs=wrong))

@@ -492,3 +492,35 @@ def test_files_added_to_a_node_cache_are_whole_and_a_half_written_one_is_never_t
     assert (target / "inductor" / "ab" / "kernel.so").read_bytes() == b"new code"
     assert (target / "inductor" / "old.so").read_bytes() == b"kept"      # never changed in place
     assert sorted(os.listdir(target / "inductor")) == ["ab", "old.so"]   # nothing half-made
+
+
+def test_the_driver_hands_every_ray_task_the_figures_the_grading_node_measured(
+        monkeypatch, tmp_path):
+    """With Ray the references are built on a grading node; the driver keeps that build's
+    planning figures as the run's, so every task's grading jobs carry them
+    (grader.cohort.attempt.AttemptSettings.measured_jobs): a worker whose judge restarted
+    judges on them instead of measuring its own."""
+    import dataclasses
+
+    from grader.cohort import grade as grade_module
+    from grader.cohort.collect import Submission
+    from grader.cohort.settings import DEFAULTS
+
+    figures = {"ps3.q1": {"break_even": 123.0}}
+
+    class FakeRay:
+        def build_references(self, course, assignment, sandbox):
+            return {"seconds": {f"{assignment}.q1": 1.0}, "reference_s": 1.0, "run": "r",
+                    "measured_jobs": figures if assignment == "ps3" else {}}
+
+    monkeypatch.setattr(grade_module, "already_graded", lambda course, sub: False)
+    from grader.cohort import scoring
+
+    monkeypatch.setattr(scoring, "yardstick", lambda *a, **k: "")
+    run = grade_module.Run(course=str(tmp_path), assignments=["ps2", "ps3"],
+                           submissions=[Submission("s", a, str(tmp_path / a))
+                                        for a in ("ps2", "ps3")],
+                           settings=dataclasses.replace(DEFAULTS, executor="ray"))
+    run.ray = FakeRay()
+    grade_module.start_judges(run)
+    assert run.measured_jobs == {"ps2": {}, "ps3": figures}

@@ -104,7 +104,8 @@ def run_attempt(sub: Submission, course: str, settings: AttemptSettings, *,
                                 device=device, judge=judge, isolation=isolation, screen=screen,
                                 timeout_s=settings.subject_timeout_s,
                                 memory_bytes=settings.grade.memory_bytes,
-                                reference_s=settings.reference_s.get(sub.assignment))
+                                reference_s=settings.reference_s.get(sub.assignment),
+                                measured_jobs=settings.measured_jobs.get(sub.assignment))
         result.save(os.path.join(tmp, files.JUDGED_SCORES_FILE))
         for name, seconds in result.phases().items():
             phases.record(name, seconds)

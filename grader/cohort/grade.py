@@ -226,6 +226,7 @@ def start_judges(run: Run) -> None:
             built = _ray(run).build_references(run.course, assignment, run.settings.sandbox)
             run.built_references[assignment] = built
             made = BuiltReferences(built.get("seconds") or {}, built.get("measured_jobs") or {})
+            run.measured_jobs[assignment] = dict(made.measured_jobs)   # carried by every job
             # The node's first, cold, build's figure: its cache may have made this one faster.
             run.reference_s[assignment] = built.get("reference_s", made.reference_s)
             _say_built(run, assignment, made, time.monotonic() - started,

@@ -208,6 +208,7 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                    device: str | None = None, timeout_s: float | None = None,
                    reference_s: float | None = None, memory_bytes: int | None = None,
                    judge=None, isolation=None, screen: bool = True,
+                   measured_jobs: dict | None = None,
                    progress: Callable[[JudgedScores], None] | None = None) -> JudgedScores:
     """Measure and score ``notebook`` (a submission of ``assignment``) against the reference
     solutions in ``course``/source. Raises ``ValueError`` when the file is not a notebook.
@@ -216,7 +217,11 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     builds them first). ``timeout_s``: the subject's deadline per solution cell; by default it
     follows ``reference_s`` (:attr:`BuiltReferences.reference_s`, measured by building the
     references when not given; :func:`grader.isolation.judge.judging.subject_deadline_s`).
-    ``memory_bytes``: the subject's address-space limit on CPU (``--memory-gb``). ``screen``: only
+    ``memory_bytes``: the subject's address-space limit on CPU (``--memory-gb``).
+    ``measured_jobs``: the run's figures for the set's planning questions
+    (:attr:`BuiltReferences.measured_jobs`), carried by every job so that a judge that builds the
+    references inside a job (a fresh one after a restart) judges on them instead of measuring
+    its own. ``screen``: only
     the grader's own tests turn the screen off, to attack what stands behind it. ``progress``:
     called after each group of problems (one solution cell) with the result so far, in which only
     the test cells whose problems are all graded appear (Gradescope's run_autograder writes it
@@ -230,7 +235,8 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     problems, seconds, evaluations, sandbox_used, solutions = {}, {}, {}, "none", {}
     try:
         if timeout_s is None and reference_s is None:
-            reference_s = build_references(assignment, course, judge, device=device).reference_s
+            reference_s = build_references(assignment, course, judge, device=device,
+                                           measured_jobs=measured_jobs).reference_s
         deadlines = subject_deadlines(assignment, reference_s)
         for keys in groups_of(assignment):
             first = get_problem(keys[0])
@@ -245,7 +251,8 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
             else:
                 job = judging.job_for(keys, cells, course_root=course, sandbox=sandbox,
                                     device=device, timeout_s=deadline_s, isolation=isolation,
-                                    screen=screen, memory_bytes=memory_bytes)
+                                    screen=screen, memory_bytes=memory_bytes,
+                                    measured_jobs=measured_jobs)
                 results = judging.run_job(job, judge)
             for key in keys:
                 seconds[key] = round((time.monotonic() - started) / len(keys), 2)
