@@ -222,7 +222,13 @@ def _run_autograder(root: str, workdir: str, user, python: str, extra_env=None,
 def test_gradescope_run_autograder_without_bubblewrap(workdir, user, setup_sh_python):
     root = _autograder_root(workdir, user, _ps2())
     results = _run_autograder(root, workdir, user, setup_sh_python)
-    assert results["score"] == 10, json.dumps(results)[:2000]
+    # The reference's 10 points, or 7 with its speed held for a person: a verdict this loaded
+    # machine's noise left undecided (beside the other pytest worker's chapters), which the
+    # results page says is for a person to look at ([REVIEW]).
+    short = [t for t in results["tests"] if t["score"] != t["max_score"]]
+    assert results["score"] == 10 or all(
+        t["name"].startswith("ps2-q1-speed") and "[REVIEW]" in t["output"] for t in short), \
+        json.dumps(short)[:3000]
     isolation = results["extra_data"]["isolation"]
     assert isolation.startswith("kernel confinement without bubblewrap"), isolation
     # As root (Gradescope's case), learner code runs under a user id of its own.
