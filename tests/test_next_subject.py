@@ -1,6 +1,7 @@
 """The next job's subject, started while this job's learner code runs (``NextSubject``): the next
-job takes it ready, learner code of this job cannot reach it, and one that died waiting costs a
-start, never a grade.
+job takes it ready (two wait for a set with two solution cells, the oldest taken first),
+learner code of this job cannot reach it, and one that died waiting costs a start, never a
+grade.
 
 Each test runs real subjects through the judge (``Judge(start_ahead=True)``, as ``make grade``'s
 judge runs where it has two cores or more), in the confinement named, with attacker code run
@@ -62,9 +63,10 @@ SANDBOXES = [mode for mode in ("bwrap", "kernel") if process.probe(mode).mode ==
 CHECKS = ["correctness", "fullgraph", "breaks"]
 
 
-def _job(source: str, sandbox: str):
+def _job(source: str, sandbox: str, subjects_ahead: int = 1):
     return job_for(["ps1.q1"], [Cell("cell 7", source)], course_root=ROOT, timeout_s=240,
-                   screen=False, sandbox=sandbox, checks={"ps1.q1": CHECKS})
+                   screen=False, sandbox=sandbox, checks={"ps1.q1": CHECKS},
+                   subjects_ahead=subjects_ahead)
 
 
 def _full_marks(result) -> bool:
@@ -104,6 +106,25 @@ def test_the_next_job_takes_the_subject_started_during_this_one(judge):
     assert ahead.finished is not None                         # and stopped it when done
     assert _full_marks(second), second
     assert judge.next_subject.session is not ahead and judge.next_subject.session is not None
+
+
+def test_a_set_with_two_cells_keeps_two_subjects_waiting_and_takes_the_oldest(judge):
+    """A set with two solution cells has two jobs a submission, the first of which can be
+    short (ps3's planning rule): two subjects wait, and each job takes the one started longest
+    ago, so the second job does not wait for the imports of the one the first job started.
+    A job that asks for one keeps those already waiting and starts none."""
+    taken = _watch_takes(judge)
+    two = dict(subjects_ahead=2)
+    judge.grade(_job(FULL, judge.sandbox, **two))
+    first, second = judge.next_subject.waiting
+    assert first.running.alive() and second.running.alive()
+    judge.grade(_job(FULL, judge.sandbox, **two))
+    assert taken[-1] is first and first.finished is not None
+    assert judge.next_subject.waiting[0] is second and len(judge.next_subject.waiting) == 2
+    third = judge.next_subject.waiting[1]
+    result = judge.grade(_job(FULL, judge.sandbox)).results["ps1.q1"]   # asks for one
+    assert taken[-1] is second and judge.next_subject.waiting == [third]
+    assert _full_marks(result), result
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)

@@ -121,9 +121,10 @@ def device_for(slot: int, gpus: int) -> str | None:
 
 
 # What a local worker holds besides its subject (at most MEMORY_GB): its judge, with torch and
-# the compiled references (0.8 GB after ps1, measured 2026-12-06), and the next job's subject
-# waiting with its imports done (0.7 GB).
-WORKER_OVERHEAD_BYTES = 2 * 2 ** 30
+# the compiled references (0.8 GB after ps1, measured 2026-12-06), and the next jobs' subjects
+# waiting with their imports done (0.7 GB each; two for a set with two solution cells, such as
+# ps3: grader.isolation.judge.judge_job.MAX_SUBJECTS_AHEAD).
+WORKER_OVERHEAD_BYTES = int(2.5 * 2 ** 30)
 # Left to choose, no more workers than one per this many submissions to grade: each worker's
 # judge builds a set's references before its first submission of the set (on 3 ps2 submissions
 # two workers graded 0.9 times as many a minute as one, on 4 of ps1 or ps4 1.9 and 1.3 times).

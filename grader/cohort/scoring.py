@@ -228,6 +228,7 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
     out)."""
     from grader.isolation.judge import judging
     from grader.isolation.cells.screen import describe, screen_cells
+    from grader.isolation.judge.judge_job import MAX_SUBJECTS_AHEAD
     from grader.isolation.judge.judge_process import JudgeProcess
 
     own = judge is None
@@ -238,7 +239,11 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
             reference_s = build_references(assignment, course, judge, device=device,
                                            measured_jobs=measured_jobs).reference_s
         deadlines = subject_deadlines(assignment, reference_s)
-        for keys in groups_of(assignment):
+        groups = groups_of(assignment)
+        # One subject per solution cell: where a submission has two jobs or more, the judge
+        # keeps two waiting, so the second job does not wait for one the first job started.
+        ahead = min(len(groups), MAX_SUBJECTS_AHEAD)
+        for keys in groups:
             first = get_problem(keys[0])
             cells = solution_cells(notebook, [first.solution_grade_id])
             deadline_s = timeout_s or deadlines[first.solution_grade_id]
@@ -252,7 +257,7 @@ def grade_notebook(notebook: str, assignment: str, course: str, *, sandbox: str 
                 job = judging.job_for(keys, cells, course_root=course, sandbox=sandbox,
                                     device=device, timeout_s=deadline_s, isolation=isolation,
                                     screen=screen, memory_bytes=memory_bytes,
-                                    measured_jobs=measured_jobs)
+                                    measured_jobs=measured_jobs, subjects_ahead=ahead)
                 results = judging.run_job(job, judge)
             for key in keys:
                 seconds[key] = round((time.monotonic() - started) / len(keys), 2)

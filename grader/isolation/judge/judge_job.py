@@ -22,6 +22,9 @@ from grader.isolation.cells.source import Cell
 GRADE = "grade"
 BUILD_REFERENCES = "build references"
 OPERATIONS = (GRADE, BUILD_REFERENCES)
+# Subjects waiting for the next jobs hold about 0.7 GB each (grader.cohort.attempt's
+# WORKER_OVERHEAD_BYTES counts two): no job asks for more.
+MAX_SUBJECTS_AHEAD = 2
 # grader.isolation.sandbox.process.probe's modes
 SANDBOX_SETTINGS = ("auto", "bwrap", "kernel", "off")
 ISOLATION_MODES = ("bwrap", "kernel", "none")            # what process.probe found
@@ -40,7 +43,9 @@ class JudgeJob:
     ``checks``: problem -> the checks to decide (a problem not named: all of its own).
     ``isolation``: how the subject is confined, already probed by the driver (``None``: the
     judge probes ``sandbox`` itself). ``measured_jobs``: planning questions' figures another
-    judge of the run measured (:class:`grader.checks.jobs.JobFigures` as dicts, by problem)."""
+    judge of the run measured (:class:`grader.checks.jobs.JobFigures` as dicts, by problem).
+    ``subjects_ahead``: how many subjects a judge that starts them ahead keeps waiting for the
+    next jobs (2 for a set with two solution cells or more, whose jobs come in pairs)."""
 
     problems: tuple[str, ...]
     device: str
@@ -56,6 +61,7 @@ class JudgeJob:
     memory_bytes: int = DEFAULT_MEMORY_BYTES
     op: str = GRADE
     measured_jobs: Mapping[str, dict] = dataclasses.field(default_factory=dict)
+    subjects_ahead: int = 1
 
     def __post_init__(self) -> None:
         _require(self.problems and all(isinstance(k, str) and k for k in self.problems),
@@ -90,6 +96,9 @@ class JudgeJob:
         _require(all(isinstance(k, str) and isinstance(v, dict)
                      for k, v in self.measured_jobs.items()), "measured_jobs",
                  "problem -> figures", self.measured_jobs)
+        _require(isinstance(self.subjects_ahead, int) and not isinstance(self.subjects_ahead, bool)
+                 and 1 <= self.subjects_ahead <= MAX_SUBJECTS_AHEAD, "subjects_ahead",
+                 f"a whole number from 1 to {MAX_SUBJECTS_AHEAD}", self.subjects_ahead)
 
     def wanted(self, key: str, declared: tuple | list) -> list[str]:
         """The checks of problem ``key`` this job asks for, in the problem's order
@@ -108,7 +117,8 @@ class JudgeJob:
                "sandbox": self.sandbox, "screen": self.screen,
                "checks": {k: list(names) for k, names in self.checks.items()},
                "memory_bytes": self.memory_bytes,
-               "measured_jobs": dict(self.measured_jobs)}
+               "measured_jobs": dict(self.measured_jobs),
+               "subjects_ahead": self.subjects_ahead}
         if self.isolation is not None:
             out["isolation"] = {"mode": self.isolation.mode, "reason": self.isolation.reason}
         return out

@@ -59,14 +59,16 @@ class JobSettings:
 
 def job_for(keys: list[str], learner: list[Cell], settings: JobSettings | None = None, *,
             checks: dict[str, list[str]] | None = None, op: str = GRADE,
-            measured_jobs: dict | None = None, **options) -> JudgeJob:
+            measured_jobs: dict | None = None, subjects_ahead: int = 1,
+            **options) -> JudgeJob:
     """The judge's job for problems ``keys`` that share the learner's cells ``learner``
     (:meth:`grader.isolation.judge.steps.Judge.grade`), made as ``settings`` and the
     :class:`JobSettings` fields in ``options`` say: the reference solutions come from
     ``source/`` when it is at hand and ``reference`` is 'auto'. ``checks``: the checks wanted of
     each problem (default: all). ``op``: ``"build references"`` builds the reference side ahead
     of the first submission instead, with the planning questions' ``measured_jobs`` when another
-    judge measured them."""
+    judge measured them. ``subjects_ahead``: the subjects to keep waiting for the next jobs
+    (:attr:`JudgeJob.subjects_ahead`)."""
     from grader.checks.targets import default_device
 
     s = JobSettings.made(settings, **options)
@@ -87,7 +89,7 @@ def job_for(keys: list[str], learner: list[Cell], settings: JobSettings | None =
         checks={k: tuple(names) for k, names in (checks or {}).items()},
         memory_bytes=int(s.memory_bytes) if s.memory_bytes is not None
         else DEFAULT_MEMORY_BYTES,
-        op=op, measured_jobs=dict(measured_jobs or {}))
+        op=op, measured_jobs=dict(measured_jobs or {}), subjects_ahead=subjects_ahead)
 
 
 # The subject's deadline where the references were built on this machine (make grade,

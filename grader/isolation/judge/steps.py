@@ -188,7 +188,7 @@ class Judge:
             subject = self.next_subject.take(deadline, **kind) \
                 or SubjectSession(**kind, deadline=deadline)
             if self.start_ahead:
-                self.next_subject.start(**kind)
+                self.next_subject.start(job.subjects_ahead, **kind)
             gather(subject, problems, sides, wanted, learner_cells, device, module, evidence, lap)
         except SubjectGone as gone:
             for k, r in results.items():

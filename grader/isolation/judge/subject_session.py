@@ -191,62 +191,85 @@ BOOT_S = 120.0
 
 
 class NextSubject:
-    """The subject of the judge's next job, started while this job's subject answers.
+    """The subjects of the judge's next jobs, started while this job's subject answers.
 
     A subject spends its first seconds importing torch and Dynamo, before any learner code
     reaches it. Started when a job's own subject starts, the next one imports on another core
     while this job's learner code runs, and the next job finds it ready. It is the same process,
     confined the same way before its first instruction, as one started when the job arrives: it
-    holds nothing until that job's first request, and no two jobs share one. A job takes it only
-    where it was started for the same confinement, device, problem module and memory, and only
-    when it answers at once; otherwise it is stopped and the job starts its own, so a subject
-    that died waiting costs a start, never a grade.
+    holds nothing until that job's first request, and no two jobs share one. A job takes one
+    only where it was started for the same confinement, device, problem module and memory, and
+    only when it answers; otherwise it is stopped and the job starts its own, so a subject that
+    died waiting costs a start, never a grade. A set with two solution cells has two jobs a
+    submission, the first of which can be short (ps3's planning rule): two wait there
+    (``count``), so the second job takes one that started during the submission before.
     """
 
     def __init__(self) -> None:
-        self.kind: dict | None = None    # the SubjectSession arguments it was started with
-        self.session: SubjectSession | None = None
+        self.kind: dict | None = None    # the SubjectSession arguments they were started with
+        self.waiting: list[SubjectSession] = []   # oldest first
 
-    def start(self, **kind) -> None:
-        """Start the subject for a job of this ``kind`` (the :class:`SubjectSession` arguments
-        but the deadline, which its job sets), unless one of that kind is waiting already."""
-        if self.session is not None and self.kind == kind and self.session.running.alive():
-            return
-        self.stop()
-        try:
-            self.session = SubjectSession(**kind, deadline=time.monotonic() + BOOT_S,
-                                          import_ahead=True)
-            self.kind = kind
-        except OSError:   # the job then starts its own, and says why if it cannot either
-            self.session = self.kind = None
+    @property
+    def session(self) -> SubjectSession | None:
+        """The subject the next job takes (the oldest waiting), if any."""
+        return self.waiting[0] if self.waiting else None
 
-    def ready(self) -> bool:
-        """Wait until the waiting subject has done its imports (a round trip it answers after
-        them), so that what the judge measures next has the machine to itself; ``False`` (and
-        stopped) when there is none or it did not answer."""
-        if self.session is None:
-            return False
-        self.session.deadline = time.monotonic() + BOOT_S
+    def start(self, count: int = 1, **kind) -> None:
+        """Have ``count`` subjects for jobs of this ``kind`` (the :class:`SubjectSession`
+        arguments but the deadline, which a job sets) waiting: those of another kind, or that
+        died, are stopped; those waiting already count."""
+        if self.kind != kind:
+            self.stop()
+        for session in [s for s in self.waiting if not s.running.alive()]:
+            session.stop()
+            self.waiting.remove(session)
+        while len(self.waiting) < count:
+            try:
+                self.waiting.append(SubjectSession(**kind, deadline=time.monotonic() + BOOT_S,
+                                                   import_ahead=True))
+            except OSError:   # the job then starts its own, and says why if it cannot either
+                break
+        self.kind = kind if self.waiting else None
+
+    def _answers(self, session: SubjectSession) -> bool:
+        """Whether ``session`` answers a round trip (after its imports); stopped if not."""
+        session.deadline = time.monotonic() + BOOT_S
         try:
-            self.session.request({"op": "hello"})
+            session.request({"op": "hello"})
             return True
         except (SubjectGone, GraderFailed):
-            self.stop()
+            session.stop()
             return False
 
+    def ready(self) -> bool:
+        """Wait until every waiting subject has done its imports (a round trip each answers after
+        them), so that what the judge measures next has the machine to itself; ``False`` when
+        none is waiting or none answered (those that did not are stopped)."""
+        self.waiting = [s for s in self.waiting if self._answers(s)]
+        if not self.waiting:
+            self.kind = None
+        return bool(self.waiting)
+
     def take(self, deadline: float, **kind) -> SubjectSession | None:
-        """The waiting subject for a job of this ``kind`` with its ``deadline``, if it was
-        started for such a job and answers; ``None`` otherwise (and whatever waited is
-        stopped)."""
-        if self.session is None or self.kind != kind or not self.ready():
+        """The oldest waiting subject for a job of this ``kind``, with its ``deadline``, if one
+        was started for such a job and answers (only it is waited for); ``None`` otherwise.
+        Those of another kind, and one that does not answer, are stopped."""
+        if self.kind != kind:
             self.stop()
             return None
-        session, self.session, self.kind = self.session, None, None
-        session.deadline = deadline
+        while self.waiting:
+            session = self.waiting.pop(0)
+            if self._answers(session):
+                session.deadline = deadline
+                break
+        else:
+            session = None
+        if not self.waiting:
+            self.kind = None
         return session
 
     def stop(self) -> None:
-        """Stop the waiting subject, if any (the judge ends, or the next job is of another kind)."""
-        if self.session is not None:
-            self.session.stop()
-        self.session = self.kind = None
+        """Stop every waiting subject (the judge ends, or the next job is of another kind)."""
+        for session in self.waiting:
+            session.stop()
+        self.waiting, self.kind = [], None
