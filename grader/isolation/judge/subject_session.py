@@ -206,7 +206,7 @@ class NextSubject:
     """
 
     def __init__(self) -> None:
-        self.kind: dict | None = None    # the SubjectSession arguments they were started with
+        self.kind: dict | None = None    # the SubjectSession arguments of those waiting
         self.waiting: list[SubjectSession] = []   # oldest first
 
     @property
@@ -229,7 +229,7 @@ class NextSubject:
                                                    import_ahead=True))
             except OSError:   # the job then starts its own, and says why if it cannot either
                 break
-        self.kind = kind if self.waiting else None
+        self.kind = kind
 
     def _answers(self, session: SubjectSession) -> bool:
         """Whether ``session`` answers a round trip (after its imports); stopped if not."""
@@ -246,8 +246,6 @@ class NextSubject:
         them), so that what the judge measures next has the machine to itself; ``False`` when
         none is waiting or none answered (those that did not are stopped)."""
         self.waiting = [s for s in self.waiting if self._answers(s)]
-        if not self.waiting:
-            self.kind = None
         return bool(self.waiting)
 
     def take(self, deadline: float, **kind) -> SubjectSession | None:
@@ -264,8 +262,6 @@ class NextSubject:
                 break
         else:
             session = None
-        if not self.waiting:
-            self.kind = None
         return session
 
     def stop(self) -> None:
