@@ -128,16 +128,20 @@ def test_a_set_with_two_cells_keeps_two_subjects_waiting_and_takes_the_oldest(ju
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
-def test_learner_code_cannot_reach_the_subject_started_beside_it(judge, sandbox):
-    """The attack runs in the first job's subject while the second job's subject is importing
-    beside it: the second job takes that subject unharmed and grades the full solution."""
+def test_learner_code_cannot_reach_the_subjects_started_beside_it(judge, sandbox):
+    """The attack runs in the first job's subject while the next two jobs' subjects are
+    importing beside it (a set with two solution cells keeps two waiting): each of the next two
+    jobs takes its subject unharmed and grades the full solution."""
     judge.sandbox = sandbox
     taken = _watch_takes(judge)
-    judge.grade(_job(ATTACK + FULL, judge.sandbox))   # (its own launcher among what it hit)
-    ahead = judge.next_subject.session
-    honest = judge.grade(_job(FULL, judge.sandbox)).results["ps1.q1"]
-    assert taken[-1] is ahead, "the subject started ahead did not survive the job before it"
-    assert _full_marks(honest), honest
+    two = dict(subjects_ahead=2)
+    judge.grade(_job(ATTACK + FULL, judge.sandbox, **two))   # (its own launcher among what it hit)
+    waiting = list(judge.next_subject.waiting)
+    assert len(waiting) == 2, waiting
+    for ahead in waiting:
+        honest = judge.grade(_job(FULL, judge.sandbox, **two)).results["ps1.q1"]
+        assert taken[-1] is ahead, "a subject started ahead did not survive the job before it"
+        assert _full_marks(honest), honest
 
 
 def test_a_subject_that_died_waiting_costs_a_start_not_a_grade(judge):
