@@ -291,3 +291,48 @@ def pytest_collection_modifyitems(config, items):
         return (min(listed), "") if listed else (len(LONGEST_FIRST), unit)
 
     items.sort(key=rank)   # stable: each file's tests keep their order
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the suite's cores go
+
+# The suite is CPU-bound on the 2-core box, so its length follows the CPU its tests use, not their
+# wall time (a test beside a busy one takes longer without costing more). Each test's CPU seconds,
+# its fixtures' setup and teardown included (a module's shared runs fall to its first test): this
+# pytest process's and every process it waited for (getrusage; a grandchild counts once its
+# parent, waited for, waited for it). Written per worker to tests/artifacts/cpu/; summed per file
+# by ``python tests/cpu_by_file.py``.
+_CPU: dict[str, dict] = {}
+
+
+def _cpu_now() -> tuple[float, float]:
+    import resource
+
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import time
+
+    own, children = _cpu_now()
+    wall = time.monotonic()
+    yield
+    own_after, children_after = _cpu_now()
+    _CPU[item.nodeid] = {"own_s": round(own_after - own, 2),
+                         "children_s": round(children_after - children, 2),
+                         "wall_s": round(time.monotonic() - wall, 2)}
+
+
+def pytest_sessionfinish(session):
+    if not _CPU:
+        return
+    import json
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder = os.path.join(os.path.dirname(__file__), "artifacts", "cpu")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{worker}.json"), "w") as fh:
+        json.dump(_CPU, fh, indent=0)

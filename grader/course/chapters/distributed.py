@@ -258,10 +258,11 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
     largest difference of the loss and of the gradients from eager DDP's after the first step.
     Each process feeds its own batch (seeded by rank), as data parallelism does.
 
-    The first steps are compared on equal terms: one throwaway compile first pays what only the
-    process's first compile pays (imports, the C++ toolchain), and with ``fresh_cache`` each
-    mode compiles into an empty Inductor cache (otherwise a later mode finds the kernels of an
-    earlier one on disk). Also: eager DDP's buckets (first iteration, rebuilt), DDPOptimizer's
+    With ``fresh_cache`` the first steps are compared on equal terms: one throwaway compile first
+    pays what only the process's first compile pays (imports, the C++ toolchain), and each mode
+    compiles into an empty Inductor cache (otherwise a later mode finds the kernels of an earlier
+    one on disk). Without it (``COURSE_SIZE=ci``) the first steps compare nothing, and the
+    throwaway compile, cold by design, is not paid either. Also: eager DDP's buckets (first iteration, rebuilt), DDPOptimizer's
     log lines at the debug level (``TORCH_LOGS="+distributed"``), and the graphs of
     ``"python_reducer_without_compiled_forward"`` and ``"no_optimization"`` counted with the
     ``eager`` backend (a trace, no compile)."""
@@ -306,7 +307,8 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
     out["ddp_buckets"] = ti.ddp_bucket_sizes(eager)
     out["gradients_same_on_every_rank"] = _same_on_every_rank(torch.cat([g.flatten() for g in want_grads]))
 
-    _pay_one_time_costs(device)         # charged to no mode
+    if fresh_cache:
+        _pay_one_time_costs(device)     # charged to no mode
     for mode in modes:
         ti.dynamo_reset()
         counter = CompileCounter("inductor")
