@@ -298,35 +298,78 @@ def pytest_collection_modifyitems(config, items):
 
 # The suite is CPU-bound on the 2-core box, so its length follows the CPU its tests use, not their
 # wall time (a test beside a busy one takes longer without costing more). Each test's CPU seconds,
-# its fixtures' setup and teardown included (a module's shared runs fall to its first test): this
-# pytest process's and every process it waited for (getrusage; a grandchild counts once its
-# parent, waited for, waited for it). Written per worker to tests/artifacts/cpu/; summed per file
-# by ``python tests/cpu_by_file.py``.
+# its fixtures' setup and teardown included (a module's shared runs fall to its first test), are
+# written per worker to tests/artifacts/cpu/ and summed per file by ``python tests/cpu_by_file.py``:
+# - ``cpu_s``: every process of this pytest worker's (cgroup v1's cpuacct, where this user may
+#   make a group there, as root can): the processes it started and those they started, whether
+#   anyone waited for them or not (a subject stopped by its launcher's kill, Ray's daemons, a
+#   browser). A process still running when a test ends (a subject started ahead) counts in the
+#   tests during which it runs.
+# - ``own_s`` and ``children_s`` (getrusage): this process's, and every process it waited for
+#   (a grandchild counts once its parent, waited for, waited for it); everywhere, but blind to
+#   what nobody waited for.
 _CPU: dict[str, dict] = {}
+_CPUACCT = "/sys/fs/cgroup/cpuacct"
+_cpu_group: list[str] = []    # this worker's cpuacct group, once joined
 
 
-def _cpu_now() -> tuple[float, float]:
+def _join_cpu_group() -> None:
+    """Move this worker into a cpuacct group of its own, where the machine lets it."""
+    if _cpu_group or not os.path.exists(os.path.join(_CPUACCT, "cpuacct.usage")):
+        return
+    folder = os.path.join(_CPUACCT, f"course-tests-{os.getpid()}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+        _cpu_group.append(folder)
+    except OSError:
+        pass
+
+
+def _leave_cpu_group() -> None:
+    for folder in _cpu_group:
+        try:
+            with open(os.path.join(_CPUACCT, "cgroup.procs"), "w") as fh:
+                fh.write(str(os.getpid()))
+            os.rmdir(folder)          # refused while a process of the run is left in it
+        except OSError:
+            pass
+    _cpu_group.clear()
+
+
+def _cpu_now() -> tuple[float | None, float, float]:
     import resource
 
+    group = None
+    if _cpu_group:
+        try:
+            with open(os.path.join(_cpu_group[0], "cpuacct.usage")) as fh:
+                group = int(fh.read()) / 1e9
+        except (OSError, ValueError):
+            pass
     own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
                                                         resource.RUSAGE_CHILDREN))
-    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+    return group, own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import time
 
-    own, children = _cpu_now()
-    wall = time.monotonic()
+    _join_cpu_group()
+    before, wall = _cpu_now(), time.monotonic()
     yield
-    own_after, children_after = _cpu_now()
-    _CPU[item.nodeid] = {"own_s": round(own_after - own, 2),
-                         "children_s": round(children_after - children, 2),
-                         "wall_s": round(time.monotonic() - wall, 2)}
+    after = _cpu_now()
+    row = {"own_s": round(after[1] - before[1], 2), "children_s": round(after[2] - before[2], 2),
+           "wall_s": round(time.monotonic() - wall, 2)}
+    if before[0] is not None and after[0] is not None:
+        row["cpu_s"] = round(after[0] - before[0], 2)
+    _CPU[item.nodeid] = row
 
 
 def pytest_sessionfinish(session):
+    _leave_cpu_group()
     if not _CPU:
         return
     import json
