@@ -317,6 +317,13 @@ def _join_cpu_group() -> None:
     """Move this worker into a cpuacct group of its own, where the machine lets it."""
     if _cpu_group or not os.path.exists(os.path.join(_CPUACCT, "cpuacct.usage")):
         return
+    import glob
+
+    for stale in glob.glob(os.path.join(_CPUACCT, "course-tests-*")):   # a worker's that died
+        try:
+            os.rmdir(stale)          # refused while a process is in it: still in use
+        except OSError:
+            pass
     folder = os.path.join(_CPUACCT, f"course-tests-{os.getpid()}")
     try:
         os.makedirs(folder, exist_ok=True)
