@@ -314,8 +314,12 @@ _cpu_group: list[str] = []    # this worker's cpuacct group, once joined
 
 
 def _join_cpu_group() -> None:
-    """Move this worker into a cpuacct group of its own, where the machine lets it."""
-    if _cpu_group or not os.path.exists(os.path.join(_CPUACCT, "cpuacct.usage")):
+    """Move this worker into a cpuacct group of its own, where the machine lets it. Only where
+    cpuacct is a hierarchy of its own: mounted with the cpu controller (``cpu,cpuacct``), a group
+    would also get a CPU share of its own, and the scheduling the tests measure under would
+    change."""
+    if _cpu_group or not os.path.exists(os.path.join(_CPUACCT, "cpuacct.usage")) \
+            or os.path.exists(os.path.join(_CPUACCT, "cpu.shares")):
         return
     import glob
 
