@@ -310,17 +310,17 @@ def pytest_collection_modifyitems(config, items):
 #   what nobody waited for.
 _CPU: dict[str, dict] = {}
 _CPUACCT = "/sys/fs/cgroup/cpuacct"
-_cpu_group: list[str] = []    # this worker's cpuacct group, once joined
+_cpu_group: str | None = None    # this worker's cpuacct group, where it joined one
 
 
-def _join_cpu_group() -> None:
-    """Move this worker into a cpuacct group of its own, where the machine lets it. Only where
-    cpuacct is a hierarchy of its own: mounted with the cpu controller (``cpu,cpuacct``), a group
-    would also get a CPU share of its own, and the scheduling the tests measure under would
-    change."""
-    if _cpu_group or not os.path.exists(os.path.join(_CPUACCT, "cpuacct.usage")) \
+def _join_cpu_group() -> str | None:
+    """Move this worker into a cpuacct group of its own, where the machine lets it; its folder.
+    Only where cpuacct is a hierarchy of its own: mounted with the cpu controller
+    (``cpu,cpuacct``), a group would also get a CPU share of its own, and the scheduling the
+    tests measure under would change."""
+    if not os.path.exists(os.path.join(_CPUACCT, "cpuacct.usage")) \
             or os.path.exists(os.path.join(_CPUACCT, "cpu.shares")):
-        return
+        return None
     import glob
 
     for stale in glob.glob(os.path.join(_CPUACCT, "course-tests-*")):   # a worker's that died
@@ -333,20 +333,18 @@ def _join_cpu_group() -> None:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
-        _cpu_group.append(folder)
+    except OSError:
+        return None
+    return folder
+
+
+def _leave_cpu_group(folder: str) -> None:
+    try:
+        with open(os.path.join(_CPUACCT, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+        os.rmdir(folder)          # refused while a process of the run is left in it
     except OSError:
         pass
-
-
-def _leave_cpu_group() -> None:
-    for folder in _cpu_group:
-        try:
-            with open(os.path.join(_CPUACCT, "cgroup.procs"), "w") as fh:
-                fh.write(str(os.getpid()))
-            os.rmdir(folder)          # refused while a process of the run is left in it
-        except OSError:
-            pass
-    _cpu_group.clear()
 
 
 def _cpu_now() -> tuple[float | None, float, float]:
@@ -355,7 +353,7 @@ def _cpu_now() -> tuple[float | None, float, float]:
     group = None
     if _cpu_group:
         try:
-            with open(os.path.join(_cpu_group[0], "cpuacct.usage")) as fh:
+            with open(os.path.join(_cpu_group, "cpuacct.usage")) as fh:
                 group = int(fh.read()) / 1e9
         except (OSError, ValueError):
             pass
@@ -364,11 +362,20 @@ def _cpu_now() -> tuple[float | None, float, float]:
     return group, own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
+def pytest_sessionstart(session):
+    # in each process that runs tests: each xdist worker (a session of its own), not their
+    # controller, which runs none
+    global _cpu_group
+    controller = bool(getattr(session.config.option, "numprocesses", None)) \
+        and not hasattr(session.config, "workerinput")
+    if not controller:
+        _cpu_group = _join_cpu_group()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     import time
 
-    _join_cpu_group()
     before, wall = _cpu_now(), time.monotonic()
     yield
     after = _cpu_now()
@@ -380,7 +387,10 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_sessionfinish(session):
-    _leave_cpu_group()
+    global _cpu_group
+    if _cpu_group:
+        _leave_cpu_group(_cpu_group)
+        _cpu_group = None
     if not _CPU:
         return
     import json

@@ -262,8 +262,9 @@ def ddp_task(*, rank: int, world_size: int, device: str, d: int = 256, layers: i
     pays what only the process's first compile pays (imports, the C++ toolchain), and each mode
     compiles into an empty Inductor cache (otherwise a later mode finds the kernels of an earlier
     one on disk). Without it (``COURSE_SIZE=ci``) the first steps compare nothing, and the
-    throwaway compile, cold by design, is not paid either. Also: eager DDP's buckets (first iteration, rebuilt), DDPOptimizer's
-    log lines at the debug level (``TORCH_LOGS="+distributed"``), and the graphs of
+    throwaway compile, cold by design, is not paid either. Also: eager DDP's buckets (first
+    iteration, rebuilt), DDPOptimizer's log lines at the debug level
+    (``TORCH_LOGS="+distributed"``), and the graphs of
     ``"python_reducer_without_compiled_forward"`` and ``"no_optimization"`` counted with the
     ``eager`` backend (a trace, no compile)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
